@@ -1,0 +1,21 @@
+/* Parsing of sizes and durations given by users and admins. */
+#ifndef STAGEHAND_SIZE_H
+#define STAGEHAND_SIZE_H
+
+#include <stdint.h>
+
+/* Parse a byte size: a decimal integer with an optional binary unit suffix
+ * K, M, G, T (also KiB/MiB/GiB/TiB, case-insensitive; "B" alone allowed).
+ * Stores bytes in *out. Returns 0, or -1 with errno = EINVAL (syntax, empty,
+ * negative, unknown unit) or ERANGE (overflow of uint64_t). */
+int sh_parse_size(const char *text, uint64_t *out);
+
+/* Parse a duration: integer with optional suffix ms, s, m, h (default s).
+ * Stores nanoseconds in *out_ns. Returns 0, or -1 with errno = EINVAL/ERANGE. */
+int sh_parse_duration(const char *text, uint64_t *out_ns);
+
+/* Format @bytes as a human string ("1.50 GiB") into buf of @len bytes.
+ * Returns buf. */
+char *sh_format_size(uint64_t bytes, char *buf, unsigned len);
+
+#endif

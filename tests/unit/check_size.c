@@ -1,0 +1,81 @@
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "stagehand/size.h"
+
+START_TEST(size_units)
+{
+    uint64_t v = 0;
+
+    ck_assert_int_eq(sh_parse_size("0", &v), 0);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(sh_parse_size("4096", &v), 0);
+    ck_assert_uint_eq(v, 4096);
+    ck_assert_int_eq(sh_parse_size("8M", &v), 0);
+    ck_assert_uint_eq(v, 8ULL << 20);
+    ck_assert_int_eq(sh_parse_size("1GiB", &v), 0);
+    ck_assert_uint_eq(v, 1ULL << 30);
+    ck_assert_int_eq(sh_parse_size("4g", &v), 0);
+    ck_assert_uint_eq(v, 4ULL << 30);
+}
+END_TEST
+
+START_TEST(size_rejects)
+{
+    uint64_t v = 0;
+
+    ck_assert_int_eq(sh_parse_size("", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_size("-1", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_size("12X", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_size(" 1M", &v), -1);
+    ck_assert_int_eq(sh_parse_size("99999999999999999999", &v), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_int_eq(sh_parse_size("17179869184T", &v), -1);
+    ck_assert_int_eq(errno, ERANGE);
+}
+END_TEST
+
+START_TEST(duration_units)
+{
+    uint64_t ns = 0;
+
+    ck_assert_int_eq(sh_parse_duration("600", &ns), 0);
+    ck_assert_uint_eq(ns, 600ULL * 1000000000ULL);
+    ck_assert_int_eq(sh_parse_duration("250ms", &ns), 0);
+    ck_assert_uint_eq(ns, 250ULL * 1000000ULL);
+    ck_assert_int_eq(sh_parse_duration("2m", &ns), 0);
+    ck_assert_uint_eq(ns, 120ULL * 1000000000ULL);
+    ck_assert_int_eq(sh_parse_duration("1d", &ns), -1);
+    ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+static Suite *size_suite(void)
+{
+    Suite *s = suite_create("size");
+    TCase *tc = tcase_create("parse");
+
+    tcase_add_test(tc, size_units);
+    tcase_add_test(tc, size_rejects);
+    tcase_add_test(tc, duration_units);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(size_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
