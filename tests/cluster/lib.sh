@@ -11,9 +11,9 @@
 # Run a command as the unprivileged test user (login side, root namespaces),
 # in a scratch directory the user owns.
 as_user() {
-    runuser -u "$MINICLUSTER_USER" -- env SLURM_CONF="$SLURM_CONF" \
+    (cd /shared && runuser -u "$MINICLUSTER_USER" -- env SLURM_CONF="$SLURM_CONF" \
         PATH="$STAGEHAND_PREFIX/bin:/usr/local/bin:/usr/bin:/bin" \
-        HOME="/shared/home/$MINICLUSTER_USER" "$@"
+        HOME="$(getent passwd "$MINICLUSTER_USER" | cut -d: -f6)" "$@")
 }
 
 # Run a command inside node $1's namespaces (as root unless wrapped).
@@ -32,8 +32,8 @@ on_node_as_user() {
 
 # Wait until every node is idle again (after jobs end); fails on a drained node.
 wait_nodes_idle() {
-    local i state
-    for i in $(seq 1 100); do
+    local state
+    for _ in $(seq 1 100); do
         state=$(sinfo -h -o '%T' | sort -u | tr '\n' ' ')
         case "$state" in
             *drain*|*DRAIN*) echo "node drained: $(sinfo -h -R)"; return 1 ;;

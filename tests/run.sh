@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# stagehand test runner: the one command CI and developers run.
+#
+#   tests/run.sh [--full] [--no-cluster] [--keep-cluster] [--only PATTERN]
+#
+# On a fresh Debian 12 machine (as root) it installs the Debian packages it
+# needs, builds, runs the unit tests under AddressSanitizer and
+# UndefinedBehaviorSanitizer, lints, installs a release build into
+# /opt/stagehand, brings the local Slurm test cluster up, runs every cluster
+# test, brings the cluster down (also on failure), and ends with the line
+#   N passed, N failed[, N skipped]
+# counting every test it ran. Exit status is non-zero if any test failed.
+set -uo pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top" || exit 2
+
+full=0
+cluster=1
+keep=0
+only=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --full) full=1 ;;
+        --no-cluster) cluster=0 ;;
+        --keep-cluster) keep=1 ;;
+        --only) only=${2:?--only needs a pattern}; shift ;;
+        -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "tests/run.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+    shift
+done
+export STAGEHAND_TEST_FULL=$full
+
+[ "$(id -u)" = 0 ] || { echo "tests/run.sh: run as root (it installs packages and starts a test cluster)" >&2; exit 2; }
+
+PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand}
+MC="$top/contrib/minicluster/minicluster"
+passed=0
+failed=0
+skipped=0
+failures=()
+
+note_result() { # name rc
+    case "$2" in
+        0) passed=$((passed + 1)); echo "PASS  $1" ;;
+        77) skipped=$((skipped + 1)); echo "SKIP  $1" ;;
+        *) failed=$((failed + 1)); failures+=("$1"); echo "FAIL  $1 (exit $2)" ;;
+    esac
+}
+
+finish() {
+    echo
+    if [ ${#failures[@]} -gt 0 ]; then
+        echo "failed tests:"
+        printf '  %s\n' "${failures[@]}"
+    fi
+    if [ "$skipped" -gt 0 ]; then
+        echo "$passed passed, $failed failed, $skipped skipped"
+    else
+        echo "$passed passed, $failed failed"
+    fi
+    [ "$failed" -eq 0 ]
+    exit $?
+}
+
+# ------------------------------------------------------------ packages ----
+packages=(meson ninja-build pkg-config gcc libc6-dev
+    libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge
+    libopenmpi-dev openmpi-bin libpmix-dev libssl-dev libxxhash-dev check
+    iproute2 util-linux procps attr openssh-server openssh-client sshfs fuse3
+    squashfs-tools cppcheck)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "== installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || { echo "apt-get update failed" >&2; exit 2; }
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/stagehand-apt.log 2>&1 ||
+        { tail -20 /tmp/stagehand-apt.log >&2; echo "apt-get install failed" >&2; exit 2; }
+fi
+# Debian starts packaged daemons where systemd runs; the test cluster runs its
+# own private munged/slurmctld/slurmd, so the packaged ones are not needed.
+
+# ------------------------------------------------------------ unit tests --
+echo "== unit tests (ASan + UBSan)"
+if [ ! -d build-asan ]; then
+    meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dtests=enabled >/dev/null ||
+        { note_result "build (asan)" 1; finish; }
+fi
+if ! ninja -C build-asan >build-asan/build.out 2>&1; then
+    tail -40 build-asan/build.out
+    note_result "build (asan)" 1
+    finish
+fi
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+meson test -C build-asan --suite unit --print-errorlogs >build-asan/unit.out 2>&1
+unit_rc=$?
+# Count individual Check tests ("NN%: Checks: N, Failures: F, Errors: E").
+while read -r checks fails errs; do
+    passed=$((passed + checks - fails - errs))
+    failed=$((failed + fails + errs))
+done < <(grep -oE 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' build-asan/meson-logs/testlog.txt |
+    sed -E 's/Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+)/\1 \2 \3/')
+grep -E '^ *[0-9]+/[0-9]+ ' build-asan/unit.out
+if [ "$unit_rc" -ne 0 ]; then
+    grep -E 'runtime error|AddressSanitizer|LeakSanitizer|:[EF]:' build-asan/meson-logs/testlog.txt | head -40
+    # A test program that crashed or timed out before Check printed a summary
+    # still counts as a failure.
+    bad_exes=$(grep -cE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR) ' build-asan/unit.out || true)
+    if [ "$bad_exes" -gt 0 ] && [ "$failed" -eq 0 ]; then failed=$bad_exes; fi
+    failures+=("unit tests (see build-asan/meson-logs/testlog.txt)")
+fi
+
+# ------------------------------------------------------------------ lint --
+echo "== lint"
+if cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+    --inline-suppr --std=c11 -D_GNU_SOURCE -I include -I build-asan \
+    core spank tests/unit tests/mpi >build-asan/cppcheck.out 2>&1; then
+    note_result "cppcheck" 0
+else
+    cat build-asan/cppcheck.out
+    note_result "cppcheck" 1
+fi
+
+[ "$cluster" = 1 ] || finish
+
+# ---------------------------------------------------------- install -------
+echo "== release build, install into $PREFIX"
+if [ ! -d build-release ]; then
+    meson setup build-release --prefix="$PREFIX" -Dbuildtype=release \
+        -Dslurm_plugindir="$PREFIX/lib/slurm" -Dinstall_tests=true >/dev/null ||
+        { note_result "build (release)" 1; finish; }
+fi
+if ninja -C build-release >build-release/build.out 2>&1 && meson install -C build-release --quiet >build-release/install.out 2>&1; then
+    note_result "build and install (release)" 0
+else
+    tail -40 build-release/build.out build-release/install.out
+    note_result "build and install (release)" 1
+    finish
+fi
+
+# ---------------------------------------------------------- cluster -------
+echo "== test cluster"
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+    if [ "$keep" = 0 ]; then
+        "$MC" down >/dev/null 2>&1 || true
+    fi
+}
+trap cleanup EXIT
+if ! "$MC" up --nodes 3; then
+    note_result "minicluster up" 1
+    finish
+fi
+note_result "minicluster up" 0
+eval "$("$MC" env)"
+
+for t in tests/cluster/test_*.sh; do
+    [ -e "$t" ] || continue
+    name=$(basename "$t" .sh)
+    if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
+    start=$(date +%s%N)
+    out=$(timeout -k 10 "${STAGEHAND_TEST_TIMEOUT:-300}" bash "$t" 2>&1)
+    rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    secs=$((ms / 1000)).$(printf '%03d' $((ms % 1000)))
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] || [ -n "${STAGEHAND_TEST_VERBOSE:-}" ]; then
+        printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
+    elif [ "$rc" -eq 77 ]; then
+        printf '%s\n' "$out" | grep -E '^SKIP' | sed 's/^/    /'
+    fi
+    note_result "$name (${secs}s)" "$rc"
+done
+
+if [ "$keep" = 0 ]; then
+    trap - EXIT
+    "$MC" down >/dev/null 2>&1
+    # Teardown must leave no namespace, veth, mount or daemon behind.
+    leftovers=$( (ip netns list | grep -E '^mc-'; ip -br link | grep -E '^(mcv-|mcbr0)';
+        grep -E ' /var/lib/minicluster/ns' /proc/self/mountinfo) 2>/dev/null)
+    if [ -z "$leftovers" ]; then
+        note_result "minicluster down leaves nothing behind" 0
+    else
+        printf '    %s\n' "$leftovers"
+        note_result "minicluster down leaves nothing behind" 1
+    fi
+fi
+finish
