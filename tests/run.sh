@@ -118,7 +118,7 @@ fi
 # ------------------------------------------------------------------ lint --
 echo "== lint"
 if cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
-    --inline-suppr --std=c11 -D_GNU_SOURCE -I include -I build-asan \
+    --inline-suppr --std=c11 -D_GNU_SOURCE '-DSPANK_PLUGIN(n,v)=' -I include -I build-asan \
     core spank tests/unit tests/mpi >build-asan/cppcheck.out 2>&1; then
     note_result "cppcheck" 0
 else
