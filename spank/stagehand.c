@@ -1,43 +1,102 @@
-/* stagehand SPANK plugin: entry points only; each context is handled in its
- * own module (allocator/local side, slurmd prolog side, slurmstepd side). */
+/* stagehand SPANK plugin: the slurm_spank_* entry points only. Each one
+ * dispatches on spank_context() to the module of that process:
+ *   sbatch/salloc (allocator), srun (local)  -> submit.c
+ *   every context that parses options        -> args.c
+ * See internal.h for the module map. */
 #include "config.h"
 
-#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 #include <slurm/spank.h>
 
-#include "stagehand/log.h"
+#include "internal.h"
 
 SPANK_PLUGIN(stagehand, 1)
 
-static int opt_stage_image(int val, const char *optarg, int remote);
-
-/* struct spank_option holds non-const char pointers (spank.h). */
-static char opt_name[] = "stage-image";
-static char opt_arginfo[] = "SRC[:DST]";
-static char opt_usage[] =
-    "Stage the file SRC (e.g. a Squashfs image) to DST on node-local storage "
-    "of every allocated node before the first step starts";
-
-static struct spank_option stage_image_option = {
-    opt_name, opt_arginfo, opt_usage, 1, 0, opt_stage_image,
-};
-
-static int opt_stage_image(int val, const char *optarg, int remote)
+/* case F26: say which Slurm we were built for and which one loaded us. */
+static void log_versions(spank_t sp)
 {
-    (void)val;
-    (void)remote;
-    return optarg != NULL && optarg[0] != '\0' ? 0 : -1;
+    char *running = NULL;
+    char built[32];
+
+    snprintf(built, sizeof(built), "%u.%02u.%u",
+             (unsigned)(SH_SLURM_VERSION_NUMBER >> 16) & 0xffu,
+             (unsigned)(SH_SLURM_VERSION_NUMBER >> 8) & 0xffu,
+             (unsigned)SH_SLURM_VERSION_NUMBER & 0xffu);
+    if (spank_get_item(sp, S_SLURM_VERSION, &running) != ESPANK_SUCCESS)
+        running = NULL;
+    slurm_info("stagehand %s: spec format v%d, built against Slurm %s, "
+               "running in Slurm %s", SH_VERSION, SH_SPEC_FORMAT_VERSION,
+               built, running != NULL ? running : "(unknown)");
+    if (running != NULL && strncmp(running, built, 5) != 0)
+        slurm_error("stagehand: built against Slurm %s but loaded by Slurm "
+                    "%s: rebuild stagehand for this Slurm", built, running);
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
+    switch (spank_context()) {
+    case S_CTX_ALLOCATOR:
+    case S_CTX_LOCAL:
+    case S_CTX_REMOTE:
+        return sh_args_register(sp, ac, av);
+    case S_CTX_SLURMD:
+        log_versions(sp);
+        /* Log a bad plugstack.conf where admins look; never fail slurmd. */
+        sh_plugin_load_config(ac, av);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
     (void)ac;
     (void)av;
-    /* A static spank_options[] table is ignored by sbatch/salloc: register. */
-    if (spank_option_register(sp, &stage_image_option) != ESPANK_SUCCESS) {
-        slurm_error("stagehand: init: cannot register --stage-image");
-        return -1;
+    switch (spank_context()) {
+    case S_CTX_ALLOCATOR:
+    case S_CTX_LOCAL:
+        return sh_submit_post_opt(sp);
+    default:
+        return 0;
     }
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    (void)sp;
+    (void)ac;
+    (void)av;
+    sh_args_free();
     return 0;
+}
+
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+    return sh_prolog_run(sp, ac, av);
+}
+
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+    return sh_epilog_run(sp, ac, av);
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (spank_context() != S_CTX_REMOTE)
+        return 0;
+    return sh_remote_user_init(sp);
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (spank_context() != S_CTX_REMOTE)
+        return 0;
+    return sh_remote_task_init(sp);
 }

@@ -65,24 +65,7 @@ finish() {
 }
 
 # ------------------------------------------------------------ packages ----
-packages=(meson ninja-build pkg-config gcc libc6-dev
-    libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge
-    libopenmpi-dev openmpi-bin libpmix-dev libssl-dev libxxhash-dev check
-    iproute2 util-linux procps attr openssh-server openssh-client sshfs fuse3
-    squashfs-tools cppcheck)
-missing=()
-for p in "${packages[@]}"; do
-    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "== installing: ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || { echo "apt-get update failed" >&2; exit 2; }
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/stagehand-apt.log 2>&1 ||
-        { tail -20 /tmp/stagehand-apt.log >&2; echo "apt-get install failed" >&2; exit 2; }
-fi
-# Debian starts packaged daemons where systemd runs; the test cluster runs its
-# own private munged/slurmctld/slurmd, so the packaged ones are not needed.
+contrib/setup.sh --packages-only || { echo "tests/run.sh: package installation failed" >&2; exit 2; }
 
 # ------------------------------------------------------------ unit tests --
 echo "== unit tests (ASan + UBSan)"
@@ -130,15 +113,10 @@ fi
 
 # ---------------------------------------------------------- install -------
 echo "== release build, install into $PREFIX"
-if [ ! -d build-release ]; then
-    meson setup build-release --prefix="$PREFIX" -Dbuildtype=release \
-        -Dslurm_plugindir="$PREFIX/lib/slurm" -Dinstall_tests=true >/dev/null ||
-        { note_result "build (release)" 1; finish; }
-fi
-if ninja -C build-release >build-release/build.out 2>&1 && meson install -C build-release --quiet >build-release/install.out 2>&1; then
+if contrib/setup.sh --install >build-asan/install.out 2>&1; then
     note_result "build and install (release)" 0
 else
-    tail -40 build-release/build.out build-release/install.out
+    tail -40 build-asan/install.out
     note_result "build and install (release)" 1
     finish
 fi

@@ -1,20 +1,611 @@
-/* stagehand-bcast: pipelined MPI broadcast of one file to node-local storage. */
+/* stagehand-bcast: pipelined MPI broadcast of one file to node-local storage
+ * with a verified atomic publish (DESIGN.md §4, issue 3).
+ *
+ * Phases (each rank keeps the same order; only the main thread calls MPI):
+ *   start-up   MPI_Init, one writer per node (MPI_Comm_split_type)
+ *   metadata   the reader opens SRC as the running user and broadcasts its
+ *              identity and the schedule-relevant settings (case F10)
+ *   pre-check  each writer locks DST, sweeps stale temps, decides "current",
+ *              checks free space and creates + preallocates its temp file;
+ *              votes are gathered by the reader, which broadcasts the plan
+ *   transfer   participants only: reader thread, writer+hash thread, MPI loop
+ *   verify     end-to-end digest against the reader's, optional read-back
+ *   publish    metadata record, rename, fsync(dir); results gathered */
 #include "config.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "opts.h"
+#include "report.h"
+#include "stagehand/hash.h"
+#include "stagehand/io.h"
+#include "stagehand/log.h"
+#include "stagehand/meta.h"
+#include "stagehand/publish.h"
+#include "stagehand/sched.h"
+#include "stagehand/size.h"
+#include "dest.h"
+#include "guard.h"
+#include "xfer.h"
+
+
+/* Metadata broadcast by the reader (uint64 words, MPI_UINT64_T). */
+enum {
+    MD_STATUS, MD_ERRNO, MD_SIZE, MD_MTIME_S, MD_MTIME_NS, MD_CTIME_S,
+    MD_CTIME_NS, MD_SEGMENT, MD_DEPTH, MD_HASH, MD_CHECK, MD_ALGORITHM,
+    MD_VERIFY, MD_WORDS,
+};
+
+/* Roles in the plan broadcast by the reader, one per writer. */
+enum { ROLE_SKIP = 0, ROLE_RECEIVE = 1, ROLE_SOURCE = 2, ROLE_SOURCE_WRITE = 3 };
+
+
+/* ---- metadata phase (reader) ------------------------------------------ */
+
+/* Open SRC as the running user and fill @md. Returns the fd or -1 with a
+ * message in @err (case F17: regular files only, never a FIFO or device). */
+static int open_source(const struct sh_bcast_opts *o, uint64_t *md,
+                       char *err, size_t errlen)
+{
+    struct stat st;
+    int fd;
+
+    /* O_NONBLOCK: opening a FIFO must not hang before fstat rejects it */
+    fd = open(o->source, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        sh_msgf(err, errlen, "cannot open source %s: %s", o->source,
+                 strerror(errno));
+        md[MD_ERRNO] = (uint64_t)errno;
+        return -1;
+    }
+    if (fstat(fd, &st) != 0) {
+        sh_msgf(err, errlen, "cannot stat source %s: %s", o->source,
+                strerror(errno));
+        md[MD_ERRNO] = (uint64_t)errno;
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        sh_msgf(err, errlen, "source %s is not a regular file", o->source);
+        md[MD_ERRNO] = EINVAL;
+        close(fd);
+        return -1;
+    }
+    if (fcntl(fd, F_SETFL, 0) != 0) {
+        sh_msgf(err, errlen, "source %s: fcntl: %s", o->source, strerror(errno));
+        md[MD_ERRNO] = (uint64_t)errno;
+        close(fd);
+        return -1;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    md[MD_SIZE] = (uint64_t)st.st_size;
+    md[MD_MTIME_S] = (uint64_t)st.st_mtim.tv_sec;
+    md[MD_MTIME_NS] = (uint64_t)st.st_mtim.tv_nsec;
+    md[MD_CTIME_S] = (uint64_t)st.st_ctim.tv_sec;
+    md[MD_CTIME_NS] = (uint64_t)st.st_ctim.tv_nsec;
+    return fd;
+}
+
+/* Has SRC changed since the metadata phase? (size, mtime, ctime) */
+static int source_changed(int fd, const struct sh_src_id *src)
+{
+    struct stat st;
+
+    if (fstat(fd, &st) != 0)
+        return 1;
+    return (uint64_t)st.st_size != src->size ||
+           st.st_mtim.tv_sec != src->mtime.sec ||
+           (uint32_t)st.st_mtim.tv_nsec != src->mtime.nsec ||
+           st.st_ctim.tv_sec != src->ctime.sec ||
+           (uint32_t)st.st_ctim.tv_nsec != src->ctime.nsec;
+}
+
+/* ---- main ------------------------------------------------------------- */
+
+static int env_rank_zero(void)
+{
+    static const char *const vars[] = { "OMPI_COMM_WORLD_RANK", "PMIX_RANK",
+                                        "SLURM_PROCID" };
+
+    for (unsigned i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = getenv(vars[i]);
+
+        if (v != NULL)
+            return strcmp(v, "0") == 0;
+    }
+    return 1;
+}
+
+static void set_identity(int rank)
+{
+    const char *job = getenv("SLURM_JOB_ID");
+    char *dot;
+
+    if (gethostname(sh_guard_host, sizeof(sh_guard_host)) != 0 ||
+        sh_guard_host[0] == '\0')
+        sh_msgf(sh_guard_host, sizeof(sh_guard_host), "unknown");
+    sh_guard_host[sizeof(sh_guard_host) - 1] = '\0';
+    dot = strchr(sh_guard_host, '.');
+    if (dot != NULL)
+        *dot = '\0';
+    sh_msgf(sh_guard_jobid, sizeof(sh_guard_jobid), "%s",
+             job != NULL && job[0] != '\0' ? job : "nojob");
+    sh_log_set_identity("bcast", job, sh_guard_host, rank);
+}
+
+/* Everything one rank knows about the run; phases fill it in order. */
+struct run {
+    struct sh_bcast_opts o;
+    uint64_t t0;
+    uint64_t t[SH_PH_COUNT + 1];    /* start of each phase, then the end */
+    int rank, wsize, is_reader, is_writer;
+    int lrank, lsize;               /* among the writers (one per node) */
+    MPI_Comm node_comm, leaders;
+    uint64_t md[MD_WORDS];
+    struct sh_src_id src;
+    struct sh_sched sched;
+    char src_error[256];
+    int src_fd;
+    struct sh_dest d;
+    struct sh_node_vote vote;
+    struct sh_node_vote *votes;     /* reader only */
+    struct sh_node_result res;
+    struct sh_node_result *results; /* reader only */
+    int *roles;                     /* lsize roles, then the abort flag */
+    struct sh_ref_msg ref;
+    uint64_t bytes_transferred;
+    int force_sidecar;
+    int exit_code;
+};
+
+/* start-up: one writer per node; the reader sorts first on its node, so it
+ * is that node's writer. STAGEHAND_BCAST_RANK_AS_NODE=1 (tests only) makes
+ * every rank its own "node", to exercise several writers on one host; each
+ * then writes DST.r<rank>. */
+static void phase_startup(struct run *r)
+{
+    const char *fake = getenv("STAGEHAND_BCAST_RANK_AS_NODE");
+    int is_fake = fake != NULL && strcmp(fake, "1") == 0;
+    int key = r->is_reader ? 0 : r->rank + 1;
+    int node_rank, rc;
+
+    if (is_fake)
+        rc = MPI_Comm_split(MPI_COMM_WORLD, r->rank, key, &r->node_comm);
+    else
+        rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, key,
+                                 MPI_INFO_NULL, &r->node_comm);
+    if (rc != MPI_SUCCESS)
+        sh_guard_mpi_fatal("start-up", "grouping ranks by node", rc);
+    MPI_Comm_rank(r->node_comm, &node_rank);
+    r->is_writer = node_rank == 0;
+    rc = MPI_Comm_split(MPI_COMM_WORLD, r->is_writer ? 0 : MPI_UNDEFINED, key,
+                        &r->leaders);
+    if (rc != MPI_SUCCESS)
+        sh_guard_mpi_fatal("start-up", "building the writers' communicator", rc);
+    if (r->leaders != MPI_COMM_NULL) {
+        MPI_Comm_set_errhandler(r->leaders, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(r->leaders, &r->lrank);
+        MPI_Comm_size(r->leaders, &r->lsize);
+    }
+    if (is_fake && !r->is_reader) {
+        size_t n = strlen(r->o.dest);
+
+        sh_msgf(r->o.dest + n, sizeof(r->o.dest) - n, ".r%d", r->rank);
+    }
+}
+
+/* metadata: the reader opens SRC and broadcasts its identity and the
+ * settings that shape the stream (case F10: they come from the reader only).
+ * Returns 0, or -1 when the source is unusable (every rank). */
+static int phase_metadata(struct run *r)
+{
+    uint64_t *md = r->md;
+
+    if (r->is_reader) {
+        r->src_fd = open_source(&r->o, md, r->src_error, sizeof(r->src_error));
+        md[MD_STATUS] = r->src_fd < 0 ? 1u : 0u;
+        md[MD_SEGMENT] = r->o.segment;
+        md[MD_DEPTH] = r->o.depth;
+        md[MD_HASH] = (uint64_t)r->o.hash;
+        md[MD_CHECK] = (uint64_t)r->o.check;
+        md[MD_ALGORITHM] = (uint64_t)r->o.algorithm;
+        md[MD_VERIFY] = (uint64_t)r->o.verify;
+        if (r->src_fd < 0)
+            sh_error("metadata", "%s", r->src_error);
+    }
+    sh_guard_bcast(md, MD_WORDS, MPI_UINT64_T, r->o.source_rank, MPI_COMM_WORLD,
+                   "metadata");
+    if (md[MD_STATUS] != 0)
+        return -1;
+    r->o.segment = md[MD_SEGMENT];
+    r->o.depth = (unsigned)md[MD_DEPTH];
+    r->o.hash = (enum sh_hash_algo)md[MD_HASH];
+    r->o.check = (enum sh_check)md[MD_CHECK];
+    r->o.algorithm = (enum sh_algorithm)md[MD_ALGORITHM];
+    r->o.verify = (enum sh_verify)md[MD_VERIFY];
+    sh_msgf(r->src.path, sizeof(r->src.path), "%s", r->o.source);
+    r->src.size = md[MD_SIZE];
+    r->src.mtime.sec = (int64_t)md[MD_MTIME_S];
+    r->src.mtime.nsec = (uint32_t)md[MD_MTIME_NS];
+    r->src.ctime.sec = (int64_t)md[MD_CTIME_S];
+    r->src.ctime.nsec = (uint32_t)md[MD_CTIME_NS];
+    if (sh_sched_init(&r->sched, r->src.size, r->o.segment) != 0)
+        sh_guard_mpi_fatal("metadata", "segment schedule", MPI_SUCCESS);
+    return 0;
+}
+
+/* Reader: turn the votes into roles; roles[lsize] = 1 aborts the run. */
+static void make_plan(struct run *r)
+{
+    const struct sh_node_vote *v0 = &r->votes[0];
+    int failed = 0, any = 0;
+
+    for (int i = 0; i < r->lsize; i++) {
+        const struct sh_node_vote *v = &r->votes[i];
+
+        if (v->vote == SH_VOTE_ERROR) {
+            failed = 1;
+            continue;
+        }
+        r->roles[i] = v->vote == SH_VOTE_COPY ? ROLE_RECEIVE : ROLE_SKIP;
+        /* a "current" copy whose recorded digest disagrees with the reader's
+         * own current copy is not current */
+        if (i > 0 && r->roles[i] == ROLE_SKIP && v0->vote == SH_VOTE_CURRENT &&
+            v0->digest_len > 0 && v->digest_len == v0->digest_len &&
+            v->algo == v0->algo &&
+            memcmp(v->digest, v0->digest, (size_t)v->digest_len) != 0)
+            r->roles[i] = ROLE_RECEIVE;
+        if (i > 0)
+            any |= r->roles[i] != ROLE_SKIP;
+    }
+    r->roles[r->lsize] = failed;
+    if (failed)
+        return;
+    if (r->roles[0] == ROLE_RECEIVE)
+        r->roles[0] = ROLE_SOURCE_WRITE;
+    else if (any)
+        r->roles[0] = ROLE_SOURCE;
+}
+
+/* Reader: results of a run aborted in pre-check, from the votes (case F15:
+ * the report names the failing nodes, nobody else is blamed). */
+static void results_from_votes(struct run *r)
+{
+    for (int i = 0; i < r->lsize; i++) {
+        const struct sh_node_vote *v = &r->votes[i];
+        struct sh_node_result *n = &r->results[i];
+
+        n->world_rank = v->world_rank;
+        sh_msgf(n->host, sizeof(n->host), "%s", v->host);
+        if (v->vote == SH_VOTE_ERROR) {
+            n->status = SH_NODE_FAILED;
+            n->err = v->err;
+            n->exit_class = SH_EXIT_DEST;
+            sh_msgf(n->phase, sizeof(n->phase), "pre-check");
+            sh_msgf(n->reason, sizeof(n->reason), "%s", v->reason);
+        } else if (v->vote == SH_VOTE_CURRENT) {
+            n->status = SH_NODE_CURRENT;
+        } else {
+            n->status = SH_NODE_ABORTED;
+            sh_msgf(n->phase, sizeof(n->phase), "pre-check");
+            sh_msgf(n->reason, sizeof(n->reason), "not copied: another node "
+                    "failed its pre-check");
+        }
+    }
+}
+
+/* pre-check (writers): lock, decide, vote; the reader plans. Returns 0 to
+ * go on, -1 when the run was aborted before any data moved. */
+static int phase_precheck(struct run *r)
+{
+    struct sh_node_vote *v = &r->vote;
+
+    v->world_rank = r->rank;
+    sh_msgf(v->host, sizeof(v->host), "%s", sh_guard_host);
+    sh_dest_lock_all(&r->o, &r->d, v, r->leaders);
+    sh_dest_precheck(&r->o, &r->src, &r->sched, &r->d, v);
+    if (v->vote == SH_VOTE_ERROR)
+        sh_error("pre-check", "%s", v->reason);
+    if (r->lrank == 0) {
+        r->votes = calloc((size_t)r->lsize, sizeof(*r->votes));
+        r->results = calloc((size_t)r->lsize, sizeof(*r->results));
+        if (r->votes == NULL || r->results == NULL)
+            sh_guard_mpi_fatal("pre-check", "memory for the votes", MPI_SUCCESS);
+    }
+    r->roles = calloc((size_t)r->lsize + 1, sizeof(*r->roles));
+    if (r->roles == NULL)
+        sh_guard_mpi_fatal("pre-check", "memory for the plan", MPI_SUCCESS);
+    sh_guard_gather(v, (int)sizeof(*v), r->votes, r->leaders, "pre-check");
+    if (r->lrank == 0)
+        make_plan(r);
+    sh_guard_bcast(r->roles, r->lsize + 1, MPI_INT, 0, r->leaders, "pre-check");
+    if (r->roles[r->lsize]) {
+        sh_dest_release(&r->d);
+        if (r->lrank == 0) {
+            results_from_votes(r);
+            r->exit_code = SH_EXIT_DEST;
+        }
+        return -1;
+    }
+    if (r->roles[r->lrank] == ROLE_RECEIVE && !r->d.have_temp) {
+        /* the reader overruled our "current" vote: lock again (released
+         * after the vote) and prepare the temp now */
+        if (sh_publish_lock(r->d.dirfd, r->d.name, r->o.timeout_ns / 2,
+                            &r->d.lockfd) == 0 &&
+            sh_publish_begin(&sh_guard_pub, NULL, r->d.dirfd, r->d.name,
+                             sh_guard_jobid, sh_guard_host, r->sched.size,
+                             0644) == 0)
+            r->d.have_temp = 1;
+        else
+            sh_node_fail(&r->res, "pre-check", errno, SH_EXIT_DEST, "cannot "
+                         "create a temp file next to %s: %s", r->o.dest,
+                         strerror(errno));
+    }
+    return 0;
+}
+
+/* transfer, verify and publish, on the participants' communicator. */
+static void phase_transfer(struct run *r, MPI_Comm part)
+{
+    struct sh_xfer_cfg cfg;
+    struct sh_xfer_result xr;
+    struct sh_ref_msg *ref = &r->ref;
+    MPI_Request req;
+    int rc;
+
+    MPI_Comm_set_errhandler(part, MPI_ERRORS_RETURN);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.comm = part;
+    cfg.algorithm = r->o.algorithm;
+    cfg.sched = r->sched;
+    cfg.depth = r->o.depth;
+    cfg.hash = r->o.hash;
+    cfg.src_fd = r->is_reader ? r->src_fd : -1;
+    cfg.pub = r->d.have_temp ? &sh_guard_pub : NULL;
+    cfg.deadline_ns = sh_guard_deadline_ns;
+    cfg.progress = r->o.progress;
+    if (sh_xfer_run(&cfg, &xr) != 0) {
+        if (xr.timed_out)
+            sh_guard_deadline_abort("transfer", xr.msg);
+        sh_guard_mpi_fatal("transfer", xr.msg, MPI_SUCCESS);
+    }
+    r->res.bytes_written = xr.bytes_written;
+    if (r->is_reader) {
+        ref->status = xr.src_status;
+        ref->err = xr.src_err;
+        ref->seg = xr.src_err_seg;
+        if (ref->status == SH_SEG_OK && source_changed(r->src_fd, &r->src))
+            ref->status = SH_SRC_CHANGED;
+        ref->digest_len = xr.digest_len;
+        memcpy(ref->digest, xr.digest, sizeof(ref->digest));
+    }
+
+    r->t[SH_PH_VERIFY] = sh_now_ns();
+    sh_guard_bcast(ref, (int)sizeof(*ref), MPI_BYTE, 0, part, "verify");
+    if (ref->status == SH_SEG_OK)
+        r->bytes_transferred = r->sched.size;
+    if (r->d.have_temp && r->res.status != SH_NODE_FAILED &&
+        sh_dest_verify(&r->o, &r->sched, ref, &xr, &r->res) != 0) {
+        sh_publish_abort(&sh_guard_pub);
+        r->d.have_temp = 0;
+    }
+    /* the verify phase ends when every participant has verified, so the
+     * reader's phase times describe the whole run */
+    rc = MPI_Ibarrier(part, &req);
+    if (rc != MPI_SUCCESS)
+        sh_guard_mpi_fatal("verify", "MPI_Ibarrier", rc);
+    sh_guard_wait(&req, "verify", "MPI_Ibarrier");
+
+    r->t[SH_PH_PUBLISH] = sh_now_ns();
+    if (r->d.have_temp && r->res.status != SH_NODE_FAILED &&
+        sh_dest_publish(&r->o, &r->src, ref, &r->d, &r->res,
+                        r->force_sidecar) == 0)
+        r->res.status = SH_NODE_COPIED;
+    if (r->roles[r->lrank] == ROLE_SOURCE && r->res.status != SH_NODE_FAILED) {
+        if (ref->status == SH_SEG_OK)
+            r->res.status = SH_NODE_READER;
+        else
+            sh_node_fail(&r->res, "transfer", (int)ref->err, SH_EXIT_SOURCE,
+                         "source %s: %s at segment %llu%s%s", r->o.source,
+                         sh_src_status_text(ref->status),
+                         (unsigned long long)ref->seg, ref->err ? ": " : "",
+                         ref->err ? strerror((int)ref->err) : "");
+    }
+    r->res.transfer_s = sh_secs(r->t[SH_PH_TRANSFER], r->t[SH_PH_VERIFY]);
+    r->res.verify_s = sh_secs(r->t[SH_PH_VERIFY], r->t[SH_PH_PUBLISH]);
+    r->res.publish_s = sh_secs(r->t[SH_PH_PUBLISH], sh_now_ns());
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Results of every node to the reader; the exit code is the worst class,
+ * a source (user) error first. */
+static void gather_results(struct run *r)
+{
+    if (r->res.status < 0)
+        sh_node_fail(&r->res, "publish", 0, SH_EXIT_INTERNAL,
+                     "no outcome recorded");
+    r->res.cpu_s = cpu_seconds();
+    sh_guard_gather(&r->res, (int)sizeof(r->res), r->results, r->leaders,
+                    "publish");
+    if (r->lrank != 0)
+        return;
+    for (int i = 0; i < r->lsize; i++) {
+        const struct sh_node_result *n = &r->results[i];
+
+        if (n->status != SH_NODE_FAILED)
+            continue;
+        if (r->exit_code == SH_EXIT_OK || n->exit_class == SH_EXIT_SOURCE)
+            r->exit_code = n->exit_class;
+    }
+}
+
+static void print_report(struct run *r)
+{
+    struct sh_report rep;
+    uint64_t tend = sh_now_ns();
+
+    memset(&rep, 0, sizeof(rep));
+    rep.opts = &r->o;
+    rep.size = r->src.size;
+    rep.src_ok = r->md[MD_STATUS] == 0;
+    sh_msgf(rep.src_error, sizeof(rep.src_error), "%s", r->src_error);
+    rep.world_size = r->wsize;
+    rep.nodes = r->results != NULL ? r->lsize : 0;
+    rep.results = r->results;
+    r->t[SH_PH_COUNT] = tend;
+    for (int p = 0; p < SH_PH_COUNT; p++)
+        rep.phase_s[p] = sh_secs(r->t[p], r->t[p + 1]);
+    rep.total_s = sh_secs(r->t0, tend);
+    rep.bytes_transferred = r->bytes_transferred;
+    if (r->ref.status == SH_SEG_OK && r->ref.digest_len > 0) {
+        rep.digest_len = r->ref.digest_len;
+        memcpy(rep.digest, r->ref.digest, sizeof(rep.digest));
+    }
+    rep.exit_code = r->exit_code;
+    if (r->o.json)
+        sh_report_json(&rep, stdout);
+    else
+        sh_report_text(&rep, stdout);
+    fflush(stdout);
+}
+
+/* Phases after start-up; returns when this rank is ready to finish. */
+static void run_phases(struct run *r)
+{
+    MPI_Comm part = MPI_COMM_NULL;
+    int rc;
+
+    r->t[SH_PH_METADATA] = sh_now_ns();
+    if (phase_metadata(r) != 0) {
+        r->exit_code = SH_EXIT_SOURCE;
+        return;
+    }
+    r->t[SH_PH_PRECHECK] = sh_now_ns();
+    if (!r->is_writer)
+        return;             /* idle rank: one writer per node */
+    if (phase_precheck(r) != 0)
+        return;
+    r->t[SH_PH_TRANSFER] = sh_now_ns();
+    rc = MPI_Comm_split(r->leaders,
+                        r->roles[r->lrank] != ROLE_SKIP ? 0 : MPI_UNDEFINED,
+                        r->lrank, &part);
+    if (rc != MPI_SUCCESS)
+        sh_guard_mpi_fatal("transfer", "building the participants' "
+                           "communicator", rc);
+    if (part != MPI_COMM_NULL) {
+        phase_transfer(r, part);
+        MPI_Comm_free(&part);
+    } else {
+        r->res.status = SH_NODE_CURRENT;
+    }
+    sh_dest_release(&r->d);
+    gather_results(r);
+}
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("stagehand-bcast %s\n", SH_VERSION);
-            return 0;
+    static struct run run;          /* large (paths): keep it off the stack */
+    struct run *r = &run;
+    char err[512];
+    int provided, rc;
+    int32_t code;
+
+    r->t0 = sh_now_ns();
+    switch (sh_bcast_opts_parse(argc, argv, &r->o, err, sizeof(err))) {
+    case SH_OPTS_HELP:
+        sh_bcast_usage(stdout);
+        return SH_EXIT_OK;
+    case SH_OPTS_VERSION:
+        printf("stagehand-bcast %s\n", SH_VERSION);
+        return SH_EXIT_OK;
+    case SH_OPTS_ERROR:
+        /* before MPI_Init: every rank got the same argv, one says it */
+        if (env_rank_zero())
+            fprintf(stderr, "stagehand-bcast: %s (see --help)\n", err);
+        return SH_EXIT_USAGE;
+    case SH_OPTS_RUN:
+        break;
+    }
+    sh_log_set_level(r->o.verbose >= 2 ? SH_LOG_DEBUG :
+                     r->o.verbose == 1 ? SH_LOG_INFO : SH_LOG_WARN);
+    r->force_sidecar = getenv("STAGEHAND_META_SIDECAR") != NULL &&
+                       strcmp(getenv("STAGEHAND_META_SIDECAR"), "1") == 0;
+    r->src_fd = -1;
+    r->lrank = -1;
+    r->node_comm = r->leaders = MPI_COMM_NULL;
+    r->d.dirfd = r->d.lockfd = -1;
+    r->res.status = -1;             /* set by every path of the run */
+    sh_guard_deadline_ns = r->t0 + r->o.timeout_ns;
+    sh_guard_start_watchdog();
+
+    rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+        fprintf(stderr, "stagehand-bcast: MPI_Init_thread failed\n");
+        return SH_EXIT_INTERNAL;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r->wsize);
+    set_identity(r->rank);
+    if (provided < MPI_THREAD_FUNNELED)
+        sh_guard_mpi_fatal("start-up", "MPI_THREAD_FUNNELED support", MPI_SUCCESS);
+    if (r->o.source_rank >= r->wsize) {
+        if (r->rank == 0)
+            fprintf(stderr, "stagehand-bcast: --source-rank=%d: the job has "
+                    "only %d rank(s)\n", r->o.source_rank, r->wsize);
+        MPI_Finalize();
+        return SH_EXIT_USAGE;
+    }
+    sh_guard_install_signals();
+    r->is_reader = r->rank == r->o.source_rank;
+    r->res.world_rank = r->rank;
+    sh_msgf(r->res.host, sizeof(r->res.host), "%s", sh_guard_host);
+    r->t[SH_PH_STARTUP] = r->t0;
+    phase_startup(r);
+
+    run_phases(r);
+    /* phases that did not run take no time; the last one that ran lasts
+     * until now, so the phases still add up to the total */
+    {
+        uint64_t now = sh_now_ns();
+
+        for (int p = SH_PH_METADATA; p < SH_PH_COUNT; p++) {
+            if (r->t[p] == 0)
+                r->t[p] = now;
         }
     }
-    if (MPI_Init(&argc, &argv) != MPI_SUCCESS)
-        return 1;
+    if (r->is_reader)
+        print_report(r);
+    code = r->exit_code;
+    sh_guard_bcast(&code, 1, MPI_INT32_T, r->o.source_rank, MPI_COMM_WORLD,
+                   "publish");
+    if (r->src_fd >= 0)
+        close(r->src_fd);
+    free(r->votes);
+    free(r->results);
+    free(r->roles);
+    if (r->leaders != MPI_COMM_NULL)
+        MPI_Comm_free(&r->leaders);
+    if (r->node_comm != MPI_COMM_NULL)
+        MPI_Comm_free(&r->node_comm);
+    sh_guard_done = 1;
     MPI_Finalize();
-    return 0;
+    return code;
 }

@@ -47,3 +47,44 @@ wait_nodes_idle() {
 
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }
+
+# Make a random file of @2 MiB at @1 owned by the test user (mode 0644).
+make_user_file() {
+    as_user sh -c "head -c $(($2 * 1048576)) /dev/urandom >'$1' && chmod 0644 '$1'"
+}
+
+# sha256 of a file inside node @1's namespaces ("" when missing).
+node_sha() {
+    on_node "$1" sh -c "sha256sum '$2' 2>/dev/null | cut -d' ' -f1"
+}
+
+# Assert that every node holds a byte-identical copy of @1 at @2, owned by
+# the test user.
+assert_staged_everywhere() {
+    local want n got owner
+    want=$(sha256sum "$1" | cut -d' ' -f1)
+    for n in $MINICLUSTER_NODES; do
+        got=$(node_sha "$n" "$2")
+        [ "$got" = "$want" ] || fail "$n: $2 differs from $1 (got '${got:-missing}')"
+        owner=$(on_node "$n" stat -c %U "$2")
+        [ "$owner" = "$MINICLUSTER_USER" ] || fail "$n: $2 owned by $owner, not the job user"
+    done
+}
+
+# Assert that no temp file of a staging is left next to @1 on any node.
+assert_no_temp_files() {
+    local n left
+    for n in $MINICLUSTER_NODES; do
+        left=$(on_node "$n" sh -c "ls -a '$(dirname "$1")' 2>/dev/null | grep -E '\.stage\..*\.tmp$' || true")
+        [ -z "$left" ] || fail "$n: temp files left: $left"
+    done
+}
+
+# Assert that job @1 left no runtime state in /run/stagehand on any node.
+assert_no_runtime_state() {
+    local n left
+    for n in $MINICLUSTER_NODES; do
+        left=$(on_node "$n" sh -c "ls /run/stagehand 2>/dev/null | grep -E '^$1(\$|\.)' || true")
+        [ -z "$left" ] || fail "$n: /run/stagehand still holds $left for job $1"
+    done
+}

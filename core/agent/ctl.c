@@ -1,0 +1,1061 @@
+/* Agent control-plane tree (see stagehand/ctl.h). */
+#include "config.h"
+#include "stagehand/ctl.h"
+#include "stagehand/clock.h"
+#include "stagehand/frame.h"
+#include "stagehand/handshake.h"
+#include "stagehand/log.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MSG_GATHER  1u
+#define MSG_BCAST   2u
+
+/* Gather/allgather payload: op(8) count(4), then per entry
+ * index(4) state(4) tag(4) len(4) data(len). */
+#define ENTRY_HDR   16u
+#define OP_HDR      12u
+
+struct sh_ctl {
+    uint32_t n, index, k;
+    uint32_t depth, height;
+    uint32_t first_child, nchild;
+    const char *const *names;
+    const char *const *addrs;
+    const char *bind_addr;
+    uint16_t port_base, port_range, port_probe, listen_port;
+    uint64_t jobid, stepid;
+    unsigned char kjob[SH_KEY_LEN];
+    int64_t margin, hs_timeout;
+    uint32_t max_payload;
+    uint64_t op;                 /* operations done so far */
+    int listen_fd;
+    struct sh_chan parent;       /* fd -1 for the root */
+    struct sh_chan *child;       /* nchild entries, fd -1 when not connected */
+};
+
+uint32_t sh_ctl_parent_of(uint32_t index, uint32_t fanout)
+{
+    return index == 0 || fanout == 0 ? 0 : (index - 1) / fanout;
+}
+
+static uint32_t depth_of(uint32_t index, uint32_t k)
+{
+    uint32_t d = 0;
+
+    while (index != 0) {
+        index = (index - 1) / k;
+        d++;
+    }
+    return d;
+}
+
+/* Is @node in the subtree rooted at @top? */
+static int in_subtree(uint32_t node, uint32_t top, uint32_t k)
+{
+    while (node > top)
+        node = (node - 1) / k;
+    return node == top;
+}
+
+uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
+                            uint16_t range)
+{
+    /* splitmix64 finaliser: neighbouring job ids land far apart. */
+    uint64_t x = jobid * 0x9e3779b97f4a7c15ULL ^ (stepid + 0x632be59bd9b4e019ULL);
+
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    if (range == 0)
+        return base;
+    return (uint16_t)(base + (uint16_t)(x % range));
+}
+
+static uint16_t probe_port(const struct sh_ctl *ctl, uint32_t step)
+{
+    uint16_t first = sh_ctl_derive_port(ctl->jobid, ctl->stepid, ctl->port_base,
+                                        ctl->port_range);
+    uint32_t off = ((uint32_t)(first - ctl->port_base) + step) % ctl->port_range;
+
+    return (uint16_t)(ctl->port_base + off);
+}
+
+const char *sh_ctl_name(const struct sh_ctl *ctl, uint32_t index)
+{
+    if (ctl == NULL || index >= ctl->n || ctl->names[index] == NULL)
+        return "?";
+    return ctl->names[index];
+}
+
+uint32_t sh_ctl_index(const struct sh_ctl *ctl) { return ctl->index; }
+uint32_t sh_ctl_nnodes(const struct sh_ctl *ctl) { return ctl->n; }
+uint16_t sh_ctl_listen_port(const struct sh_ctl *ctl) { return ctl->listen_port; }
+
+static void set_nodelay(int fd)
+{
+    int one = 1;
+
+    /* Frames are small and latency-bound; failure only costs latency. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ---- tree formation -------------------------------------------------- */
+
+static int listen_any(struct sh_ctl *ctl)
+{
+    for (uint32_t step = 0; step < ctl->port_probe; step++) {
+        uint16_t port = probe_port(ctl, step);
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+        struct addrinfo *ai = NULL;
+        char service[8];
+        int rc;
+        int in_use = 0;
+
+        snprintf(service, sizeof(service), "%u", port);
+        rc = getaddrinfo(ctl->bind_addr, service, &hints, &ai);
+        if (rc != 0) {
+            sh_error("ctl", "cannot resolve listen address %s: %s",
+                     ctl->bind_addr != NULL ? ctl->bind_addr : "(any)",
+                     gai_strerror(rc));
+            errno = EINVAL;
+            return -1;
+        }
+        for (struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
+            int one = 1;
+            int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                            a->ai_protocol);
+
+            if (fd < 0)
+                continue;
+            (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+            if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+                listen(fd, (int)(ctl->nchild < 64 ? ctl->nchild + 16 : 128)) == 0) {
+                freeaddrinfo(ai);
+                ctl->listen_fd = fd;
+                ctl->listen_port = port;
+                sh_debug("ctl", "listening on port %u", port);
+                return 0;
+            }
+            if (errno == EADDRINUSE)
+                in_use = 1;
+            close(fd);
+        }
+        freeaddrinfo(ai);
+        if (!in_use)
+            break;
+        sh_debug("ctl", "port %u is taken, probing upward", port);
+    }
+    sh_error("ctl", "no free control-plane port among %u ports from %u (range %u-%u): %s",
+             ctl->port_probe, probe_port(ctl, 0), ctl->port_base,
+             ctl->port_base + ctl->port_range - 1, strerror(errno));
+    errno = EADDRINUSE;
+    return -1;
+}
+
+/* Non-blocking connect bounded by @deadline_ns. Returns the fd or -1. */
+static int connect_bounded(const struct addrinfo *a, int64_t deadline_ns)
+{
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    a->ai_protocol);
+    struct pollfd pfd;
+    socklen_t elen = sizeof(int);
+    int err = 0;
+
+    if (fd < 0)
+        return -1;
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+        return fd;
+    if (errno != EINPROGRESS)
+        goto fail;
+    pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
+    for (;;) {
+        int rc = poll(&pfd, 1, sh_poll_ms_until(deadline_ns));
+
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0) {
+            errno = rc == 0 ? ETIMEDOUT : errno;
+            goto fail;
+        }
+        break;
+    }
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+        goto fail;
+    if (err != 0) {
+        errno = err;
+        goto fail;
+    }
+    return fd;
+fail:
+    err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+}
+
+/* Did we just connect to our own listening socket? Only possible when the
+ * parent's address is one of ours (several "nodes" on one host, as in tests):
+ * its handshake would wait for us while we wait for it. */
+static int is_self_connection(const struct sh_ctl *ctl, int fd)
+{
+    struct sockaddr_storage local, peer;
+    socklen_t llen = sizeof(local), plen = sizeof(peer);
+
+    if (ctl->listen_fd < 0 ||
+        getsockname(fd, (struct sockaddr *)&local, &llen) != 0 ||
+        getpeername(fd, (struct sockaddr *)&peer, &plen) != 0 ||
+        local.ss_family != peer.ss_family)
+        return 0;
+    if (peer.ss_family == AF_INET) {
+        const struct sockaddr_in *l = (const struct sockaddr_in *)&local;
+        const struct sockaddr_in *p = (const struct sockaddr_in *)&peer;
+
+        return ntohs(p->sin_port) == ctl->listen_port &&
+               l->sin_addr.s_addr == p->sin_addr.s_addr;
+    }
+    if (peer.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *l = (const struct sockaddr_in6 *)&local;
+        const struct sockaddr_in6 *p = (const struct sockaddr_in6 *)&peer;
+
+        return ntohs(p->sin6_port) == ctl->listen_port &&
+               memcmp(&l->sin6_addr, &p->sin6_addr, sizeof(p->sin6_addr)) == 0;
+    }
+    return 0;
+}
+
+/* One round over the probed ports of the parent. 0 when connected. */
+static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, int *last_err)
+{
+    uint32_t p = sh_ctl_parent_of(ctl->index, ctl->k);
+    const char *host = ctl->addrs != NULL ? ctl->addrs[p] : ctl->names[p];
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV };
+    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index };
+    char peer[96];
+
+    snprintf(peer, sizeof(peer), "%s(%u)", ctl->names[p], p);
+    for (uint32_t step = 0; step < ctl->port_probe; step++) {
+        uint16_t port = probe_port(ctl, step);
+        struct addrinfo *ai = NULL;
+        char service[8];
+        int rc;
+
+        if (sh_now_ns() >= deadline_ns)
+            break;
+        snprintf(service, sizeof(service), "%u", port);
+        rc = getaddrinfo(host, service, &hints, &ai);
+        if (rc != 0) {
+            sh_warn("ctl", "cannot resolve parent node %s: %s", host, gai_strerror(rc));
+            *last_err = EHOSTUNREACH;
+            return -1;
+        }
+        for (struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
+            int64_t hs_deadline = sh_now_ns() + ctl->hs_timeout;
+            int fd;
+
+            if (hs_deadline > deadline_ns)
+                hs_deadline = deadline_ns;
+            fd = connect_bounded(a, hs_deadline);
+            if (fd < 0) {
+                *last_err = errno;
+                continue;
+            }
+            if (is_self_connection(ctl, fd)) {
+                close(fd);
+                continue;
+            }
+            set_nodelay(fd);
+            if (sh_hs_client(fd, ctl->kjob, &me, p, peer, hs_deadline,
+                             &ctl->parent) == 0) {
+                freeaddrinfo(ai);
+                sh_debug("ctl", "connected to parent %s on port %u", peer, port);
+                return 0;
+            }
+            *last_err = errno;
+            close(fd);
+            if (*last_err != ENXIO && *last_err != ECONNRESET)
+                sh_debug("ctl", "port %u of %s: %s", port, host, strerror(*last_err));
+        }
+        freeaddrinfo(ai);
+    }
+    return -1;
+}
+
+struct accept_arg {
+    struct sh_ctl *ctl;
+};
+
+/* Any of our children, connected or not: a child only connects again when it
+ * gave up on an earlier attempt that we completed (the last message of a
+ * handshake can always be lost to a deadline), so its newest proven
+ * connection replaces the older one. */
+static int accept_child(uint32_t client, void *arg)
+{
+    struct sh_ctl *ctl = ((struct accept_arg *)arg)->ctl;
+
+    return client >= ctl->first_child && client - ctl->first_child < ctl->nchild;
+}
+
+static void serve_listener(struct sh_ctl *ctl, int64_t deadline_ns)
+{
+    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index };
+    struct accept_arg arg = { ctl };
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof(ss);
+    char host[64], peer[96];
+    struct sh_chan chan;
+    int64_t hs_deadline;
+    int fd;
+
+    fd = accept4(ctl->listen_fd, (struct sockaddr *)&ss, &sslen,
+                 SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0)
+        return;
+    set_nodelay(fd);
+    if (getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), NULL, 0,
+                    NI_NUMERICHOST) != 0)
+        snprintf(host, sizeof(host), "?");
+    snprintf(peer, sizeof(peer), "connection from %s", host);
+    hs_deadline = sh_now_ns() + ctl->hs_timeout;
+    if (hs_deadline > deadline_ns)
+        hs_deadline = deadline_ns;
+    if (sh_hs_server(fd, ctl->kjob, &me, accept_child, &arg, peer, hs_deadline,
+                     &chan) != 0) {
+        close(fd);
+        return;
+    }
+    snprintf(chan.peer, sizeof(chan.peer), "%s(%u)", ctl->names[chan.peer_index],
+             chan.peer_index);
+    if (ctl->child[chan.peer_index - ctl->first_child].fd >= 0) {
+        sh_info("ctl", "node %s connected again: replacing its earlier connection",
+                chan.peer);
+        sh_chan_close(&ctl->child[chan.peer_index - ctl->first_child]);
+    }
+    ctl->child[chan.peer_index - ctl->first_child] = chan;
+    sh_debug("ctl", "child %s connected from %s", chan.peer, host);
+}
+
+static uint32_t children_connected(const struct sh_ctl *ctl)
+{
+    uint32_t c = 0;
+
+    for (uint32_t j = 0; j < ctl->nchild; j++)
+        c += ctl->child[j].fd >= 0;
+    return c;
+}
+
+static int check_cfg(const struct sh_ctl_cfg *cfg)
+{
+    if (cfg->nnodes == 0 || cfg->index >= cfg->nnodes || cfg->names == NULL ||
+        cfg->kjob == NULL || cfg->port_range == 0 ||
+        (uint32_t)cfg->port_base + cfg->port_range > 65536u || cfg->port_base == 0) {
+        sh_error("ctl", "invalid control-plane configuration (nodes %u, index %u, "
+                 "ports %u+%u)", cfg->nnodes, cfg->index, cfg->port_base,
+                 cfg->port_range);
+        errno = EINVAL;
+        return -1;
+    }
+    for (uint32_t i = 0; i < cfg->nnodes; i++) {
+        if (cfg->names[i] == NULL || (cfg->addrs != NULL && cfg->addrs[i] == NULL)) {
+            errno = EINVAL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
+                struct sh_ctl **out)
+{
+    struct sh_ctl *ctl;
+    int64_t my_deadline;
+    int64_t next_try;
+    int64_t backoff = 20 * SH_NS_PER_MS;
+    int last_err = ETIMEDOUT;
+    uint64_t first_child;
+
+    *out = NULL;
+    if (check_cfg(cfg) != 0)
+        return -1;
+    ctl = calloc(1, sizeof(*ctl));
+    if (ctl == NULL)
+        return -1;
+    ctl->n = cfg->nnodes;
+    ctl->index = cfg->index;
+    ctl->k = cfg->fanout != 0 ? cfg->fanout : SH_CTL_FANOUT_DEFAULT;
+    ctl->depth = depth_of(ctl->index, ctl->k);
+    ctl->height = depth_of(ctl->n - 1, ctl->k);
+    first_child = (uint64_t)ctl->k * ctl->index + 1;
+    ctl->first_child = first_child < ctl->n ? (uint32_t)first_child : ctl->n;
+    ctl->nchild = first_child < ctl->n
+                      ? (uint32_t)((ctl->n - first_child) < ctl->k
+                                       ? ctl->n - first_child : ctl->k)
+                      : 0;
+    ctl->names = cfg->names;
+    ctl->addrs = cfg->addrs;
+    ctl->bind_addr = cfg->bind_addr;
+    ctl->port_base = cfg->port_base;
+    ctl->port_range = cfg->port_range;
+    ctl->port_probe = cfg->port_probe != 0 ? cfg->port_probe
+                      : (cfg->port_range < 64 ? cfg->port_range : 64);
+    if (ctl->port_probe > ctl->port_range)
+        ctl->port_probe = ctl->port_range;
+    ctl->jobid = cfg->jobid;
+    ctl->stepid = cfg->stepid;
+    memcpy(ctl->kjob, cfg->kjob, SH_KEY_LEN);
+    ctl->margin = cfg->level_margin_ns > 0 ? cfg->level_margin_ns
+                                           : SH_CTL_MARGIN_DEFAULT;
+    ctl->hs_timeout = cfg->hs_timeout_ns > 0 ? cfg->hs_timeout_ns : SH_CTL_HS_TIMEOUT;
+    ctl->max_payload = cfg->max_payload != 0 ? cfg->max_payload : SH_FRAME_MAX_PAYLOAD;
+    ctl->listen_fd = -1;
+    ctl->parent.fd = -1;
+    if (ctl->nchild > 0) {
+        ctl->child = calloc(ctl->nchild, sizeof(*ctl->child));
+        if (ctl->child == NULL)
+            goto fail;
+        for (uint32_t j = 0; j < ctl->nchild; j++)
+            ctl->child[j].fd = -1;
+        if (listen_any(ctl) != 0)
+            goto fail;
+    }
+
+    /* A node gives up one margin before its parent does, so a parent still
+     * listens while its children make their last attempts. */
+    my_deadline = deadline_ns - (int64_t)ctl->depth * ctl->margin;
+    next_try = sh_now_ns();
+    while (sh_now_ns() < my_deadline) {
+        int need_parent = ctl->index != 0 && ctl->parent.fd < 0;
+        int64_t wake = my_deadline;
+        struct pollfd pfd;
+        int rc;
+
+        if (!need_parent && children_connected(ctl) == ctl->nchild)
+            break;
+        if (need_parent && sh_now_ns() >= next_try) {
+            if (try_parent(ctl, my_deadline, &last_err) == 0)
+                continue;
+            next_try = sh_now_ns() + backoff;
+            backoff = backoff * 2 > SH_CTL_RETRY_MAX ? SH_CTL_RETRY_MAX : backoff * 2;
+        }
+        if (need_parent && next_try < wake)
+            wake = next_try;
+        pfd = (struct pollfd){ .fd = ctl->listen_fd, .events = POLLIN };
+        rc = poll(&pfd, ctl->listen_fd >= 0 ? 1 : 0, sh_poll_ms_until(wake));
+        if (rc > 0 && (pfd.revents & POLLIN))
+            serve_listener(ctl, my_deadline);
+    }
+    if (ctl->index != 0 && ctl->parent.fd < 0) {
+        uint32_t p = sh_ctl_parent_of(ctl->index, ctl->k);
+        sh_error("ctl", "could not reach parent node %s (index %u) on ports %u.. "
+                 "(%u probed) by the deadline: %s", ctl->names[p], p,
+                 probe_port(ctl, 0), ctl->port_probe, strerror(last_err));
+        errno = ETIMEDOUT;
+        goto fail;
+    }
+    for (uint32_t j = 0; j < ctl->nchild; j++) {
+        if (ctl->child[j].fd < 0)
+            sh_warn("ctl", "node %s (index %u) did not connect by the deadline",
+                    ctl->names[ctl->first_child + j], ctl->first_child + j);
+    }
+    /* Late children must fail fast instead of waiting in our backlog. */
+    if (ctl->listen_fd >= 0) {
+        close(ctl->listen_fd);
+        ctl->listen_fd = -1;
+    }
+    *out = ctl;
+    return 0;
+fail:
+    {
+        int err = errno;
+        sh_ctl_close(ctl);
+        errno = err;
+    }
+    return -1;
+}
+
+void sh_ctl_close(struct sh_ctl *ctl)
+{
+    if (ctl == NULL)
+        return;
+    if (ctl->listen_fd >= 0)
+        close(ctl->listen_fd);
+    if (ctl->parent.fd >= 0)
+        sh_chan_close(&ctl->parent);
+    for (uint32_t j = 0; j < ctl->nchild; j++) {
+        if (ctl->child[j].fd >= 0)
+            sh_chan_close(&ctl->child[j]);
+    }
+    free(ctl->child);
+    sh_key_wipe(ctl->kjob, sizeof(ctl->kjob));
+    free(ctl);
+}
+
+/* ---- encoding of entries --------------------------------------------- */
+
+static void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static uint32_t get_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+static uint64_t get_be64(const unsigned char *p)
+{
+    return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
+}
+
+void sh_ctl_result_free(struct sh_ctl_result *res)
+{
+    if (res == NULL)
+        return;
+    if (res->entry != NULL) {
+        for (uint32_t i = 0; i < res->nnodes; i++)
+            free(res->entry[i].data);
+    }
+    free(res->entry);
+    memset(res, 0, sizeof(*res));
+}
+
+/* Encode the entries of @e selected by @top (subtree root) or all when
+ * top == UINT32_MAX. Fails with EMSGSIZE beyond @max bytes. */
+static int encode_entries(const struct sh_ctl *ctl, const struct sh_ctl_entry *e,
+                          uint32_t top, unsigned char **out, uint32_t *outlen)
+{
+    uint64_t size = OP_HDR;
+    uint32_t count = 0;
+    unsigned char *buf, *p;
+
+    for (uint32_t i = 0; i < ctl->n; i++) {
+        if (top != UINT32_MAX && !in_subtree(i, top, ctl->k))
+            continue;
+        size += ENTRY_HDR + (uint64_t)e[i].len;
+        count++;
+    }
+    if (size > ctl->max_payload) {
+        sh_error("ctl", "collective data of %llu bytes exceeds the frame limit of %u",
+                 (unsigned long long)size, ctl->max_payload);
+        errno = EMSGSIZE;
+        return -1;
+    }
+    buf = malloc((size_t)size);
+    if (buf == NULL)
+        return -1;
+    put_be64(buf, ctl->op);
+    put_be32(buf + 8, count);
+    p = buf + OP_HDR;
+    for (uint32_t i = 0; i < ctl->n; i++) {
+        if (top != UINT32_MAX && !in_subtree(i, top, ctl->k))
+            continue;
+        put_be32(p, i);
+        put_be32(p + 4, e[i].state);
+        put_be32(p + 8, e[i].tag);
+        put_be32(p + 12, e[i].len);
+        if (e[i].len > 0)
+            memcpy(p + ENTRY_HDR, e[i].data, e[i].len);
+        p += ENTRY_HDR + e[i].len;
+    }
+    *out = buf;
+    *outlen = (uint32_t)size;
+    return 0;
+}
+
+/* Decode entries into @e; every index must lie in the subtree of @top (all
+ * when UINT32_MAX) and appear at most once (@seen). */
+static int decode_entries(struct sh_ctl *ctl, const unsigned char *buf, uint32_t len,
+                          uint32_t top, const char *peer, struct sh_ctl_entry *e,
+                          unsigned char *seen)
+{
+    const unsigned char *p = buf + OP_HDR;
+    const unsigned char *end = buf + len;
+    uint32_t count;
+
+    if (len < OP_HDR || get_be64(buf) != ctl->op) {
+        sh_warn("ctl", "message from %s rejected: wrong operation (%llu, expected "
+                "%llu)", peer, len < OP_HDR ? 0ULL : (unsigned long long)get_be64(buf),
+                (unsigned long long)ctl->op);
+        errno = EPROTO;
+        return -1;
+    }
+    count = get_be32(buf + 8);
+    for (uint32_t c = 0; c < count; c++) {
+        uint32_t idx, dlen;
+
+        if ((size_t)(end - p) < ENTRY_HDR)
+            goto bad;
+        idx = get_be32(p);
+        dlen = get_be32(p + 12);
+        if (idx >= ctl->n || seen[idx] ||
+            (top != UINT32_MAX && !in_subtree(idx, top, ctl->k)) ||
+            get_be32(p + 4) > SH_CTL_UNREACHABLE || (size_t)(end - p - ENTRY_HDR) < dlen)
+            goto bad;
+        seen[idx] = 1;
+        e[idx].state = get_be32(p + 4);
+        e[idx].tag = get_be32(p + 8);
+        e[idx].len = dlen;
+        if (dlen > 0) {
+            e[idx].data = malloc(dlen);
+            if (e[idx].data == NULL)
+                return -1;
+            memcpy(e[idx].data, p + ENTRY_HDR, dlen);
+        }
+        p += ENTRY_HDR + dlen;
+    }
+    if (p != end)
+        goto bad;
+    return 0;
+bad:
+    sh_warn("ctl", "message from %s rejected: malformed or foreign entries", peer);
+    errno = EPROTO;
+    return -1;
+}
+
+/* Mark the not-yet-seen nodes of @top's subtree: @top missing, the rest
+ * unreachable. */
+static void mark_subtree(struct sh_ctl *ctl, uint32_t top, struct sh_ctl_entry *e,
+                         unsigned char *seen)
+{
+    for (uint32_t i = top; i < ctl->n; i++) {
+        if (seen[i] || !in_subtree(i, top, ctl->k))
+            continue;
+        seen[i] = 1;
+        e[i].state = i == top ? SH_CTL_MISSING : SH_CTL_UNREACHABLE;
+    }
+}
+
+static void drop_child(struct sh_ctl *ctl, uint32_t j, const char *why)
+{
+    sh_warn("ctl", "dropping node %s: %s", ctl->child[j].peer, why);
+    /* shutdown, not only close: another process (the PMIx host's parent)
+     * may hold the same socket, and the child must see the end now. */
+    shutdown(ctl->child[j].fd, SHUT_RDWR);
+    sh_chan_close(&ctl->child[j]);
+    ctl->child[j].fd = -1;
+}
+
+/* ---- collectives ----------------------------------------------------- */
+
+/* Receive one gather message from child @j into @e. */
+static void recv_child(struct sh_ctl *ctl, uint32_t j, int64_t deadline_ns,
+                       struct sh_ctl_entry *e, unsigned char *seen)
+{
+    unsigned char *payload = NULL;
+    uint32_t len = 0;
+    uint16_t type = 0;
+    uint32_t c = ctl->first_child + j;
+
+    if (sh_frame_recv(ctl->child[j].fd, &ctl->child[j].rx, ctl->max_payload,
+                      ctl->child[j].peer, &type, &payload, &len, deadline_ns) != 0) {
+        drop_child(ctl, j, errno == ECONNRESET ? "connection closed" : strerror(errno));
+        return;
+    }
+    if (type != MSG_GATHER ||
+        decode_entries(ctl, payload, len, c, ctl->child[j].peer, e, seen) != 0)
+        drop_child(ctl, j, "protocol error");
+    free(payload);
+}
+
+/* Gather into @e (N entries, our subtree filled) with a wait of our own until
+ * @wait_until. Then forward to the parent unless we are the root. */
+static int gather_core(struct sh_ctl *ctl, uint32_t tag, const void *data,
+                       uint32_t len, int64_t wait_until, int64_t send_deadline,
+                       struct sh_ctl_entry *e, unsigned char *seen)
+{
+    struct pollfd *pfd = NULL;
+    uint32_t *which = NULL;
+    unsigned char *done = NULL;
+    int rc = -1;
+
+    ctl->op++;
+    seen[ctl->index] = 1;
+    e[ctl->index].state = SH_CTL_OK;
+    e[ctl->index].tag = tag;
+    e[ctl->index].len = len;
+    if (len > 0) {
+        e[ctl->index].data = malloc(len);
+        if (e[ctl->index].data == NULL)
+            return -1;
+        memcpy(e[ctl->index].data, data, len);
+    }
+    if (ctl->nchild > 0) {
+        pfd = calloc(ctl->nchild, sizeof(*pfd));
+        which = calloc(ctl->nchild, sizeof(*which));
+        done = calloc(ctl->nchild, 1);
+        if (pfd == NULL || which == NULL || done == NULL)
+            goto out;
+    }
+    for (;;) {
+        nfds_t np = 0;
+        int ready;
+
+        for (uint32_t j = 0; j < ctl->nchild; j++) {
+            if (done[j] || ctl->child[j].fd < 0)
+                continue;
+            pfd[np] = (struct pollfd){ .fd = ctl->child[j].fd, .events = POLLIN };
+            which[np++] = j;
+        }
+        if (np == 0)
+            break;
+        ready = poll(pfd, np, sh_poll_ms_until(wait_until));
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready < 0)
+            goto out;
+        if (ready == 0) {
+            if (sh_now_ns() < wait_until)
+                continue;
+            for (nfds_t x = 0; x < np; x++)
+                drop_child(ctl, which[x], "no answer by the deadline");
+            break;
+        }
+        for (nfds_t x = 0; x < np; x++) {
+            if (pfd[x].revents == 0)
+                continue;
+            done[which[x]] = 1;
+            recv_child(ctl, which[x], wait_until, e, seen);
+        }
+    }
+    for (uint32_t j = 0; j < ctl->nchild; j++)
+        mark_subtree(ctl, ctl->first_child + j, e, seen);
+    if (ctl->index != 0) {
+        unsigned char *buf = NULL;
+        uint32_t blen = 0;
+
+        if (encode_entries(ctl, e, ctl->index, &buf, &blen) != 0)
+            goto out;
+        rc = sh_frame_send(ctl->parent.fd, &ctl->parent.tx, MSG_GATHER, buf, blen,
+                           send_deadline);
+        if (rc != 0)
+            sh_error("ctl", "cannot send to parent %s: %s", ctl->parent.peer,
+                     strerror(errno));
+        free(buf);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(pfd);
+    free(which);
+    free(done);
+    return rc;
+}
+
+static int result_alloc(struct sh_ctl *ctl, struct sh_ctl_result *res,
+                        unsigned char **seen)
+{
+    memset(res, 0, sizeof(*res));
+    res->entry = calloc(ctl->n, sizeof(*res->entry));
+    *seen = calloc(ctl->n, 1);
+    if (res->entry == NULL || *seen == NULL) {
+        free(res->entry);
+        free(*seen);
+        res->entry = NULL;
+        errno = ENOMEM;
+        return -1;
+    }
+    res->nnodes = ctl->n;
+    return 0;
+}
+
+static void count_missing(struct sh_ctl *ctl, struct sh_ctl_result *res, int log)
+{
+    res->nmissing = 0;
+    for (uint32_t i = 0; i < res->nnodes; i++)
+        res->nmissing += res->entry[i].state != SH_CTL_OK;
+    if (log && res->nmissing > 0) {
+        char msg[512];
+
+        sh_ctl_format_missing(ctl, res, msg, sizeof(msg));
+        sh_error("ctl", "%s", msg);
+    }
+}
+
+int sh_ctl_gather(struct sh_ctl *ctl, uint32_t tag, const void *data, uint32_t len,
+                  int64_t deadline_ns, struct sh_ctl_result *res)
+{
+    unsigned char *seen = NULL;
+    int rc;
+
+    if (result_alloc(ctl, res, &seen) != 0)
+        return -1;
+    rc = gather_core(ctl, tag, data, len,
+                     deadline_ns - (int64_t)ctl->depth * ctl->margin,
+                     deadline_ns - (int64_t)(ctl->depth > 0 ? ctl->depth - 1 : 0) *
+                                       ctl->margin,
+                     res->entry, seen);
+    free(seen);
+    if (rc != 0 || ctl->index != 0) {
+        int err = errno;
+        sh_ctl_result_free(res);
+        errno = err;
+        return rc;
+    }
+    count_missing(ctl, res, 1);
+    return 0;
+}
+
+/* Root: send @buf to the children; others: receive from the parent first. */
+static int bcast_core(struct sh_ctl *ctl, uint16_t type, unsigned char **buf,
+                      uint32_t *len, int64_t deadline_ns)
+{
+    if (ctl->index != 0) {
+        uint16_t t = 0;
+
+        if (sh_frame_recv(ctl->parent.fd, &ctl->parent.rx, ctl->max_payload,
+                          ctl->parent.peer, &t, buf, len, deadline_ns) != 0) {
+            int err = errno;
+            sh_error("ctl", "lost the parent %s: %s", ctl->parent.peer,
+                     err == ECONNRESET ? "connection closed" : strerror(err));
+            errno = err;
+            return -1;
+        }
+        if (t != type || *len < 8 || get_be64(*buf) != ctl->op) {
+            sh_error("ctl", "unexpected message from parent %s (type %u)",
+                     ctl->parent.peer, t);
+            free(*buf);
+            *buf = NULL;
+            errno = EPROTO;
+            return -1;
+        }
+    }
+    for (uint32_t j = 0; j < ctl->nchild; j++) {
+        if (ctl->child[j].fd < 0)
+            continue;
+        if (sh_frame_send(ctl->child[j].fd, &ctl->child[j].tx, type, *buf, *len,
+                          deadline_ns) != 0)
+            drop_child(ctl, j, strerror(errno));
+    }
+    return 0;
+}
+
+int sh_ctl_bcast(struct sh_ctl *ctl, const void *data, uint32_t len,
+                 unsigned char **out, uint32_t *outlen, int64_t deadline_ns)
+{
+    unsigned char *buf = NULL;
+    uint32_t blen = 0;
+
+    *out = NULL;
+    *outlen = 0;
+    ctl->op++;
+    if (ctl->index == 0) {
+        if ((uint64_t)len + 8 > ctl->max_payload) {
+            errno = EMSGSIZE;
+            return -1;
+        }
+        blen = len + 8;
+        buf = malloc(blen);
+        if (buf == NULL)
+            return -1;
+        put_be64(buf, ctl->op);
+        if (len > 0)
+            memcpy(buf + 8, data, len);
+    }
+    if (bcast_core(ctl, MSG_BCAST, &buf, &blen, deadline_ns) != 0)
+        return -1;
+    if (blen > 8) {
+        memmove(buf, buf + 8, blen - 8);
+        *out = buf;
+        *outlen = blen - 8;
+    } else {
+        free(buf);
+    }
+    return 0;
+}
+
+int sh_ctl_sync_deadline(struct sh_ctl *ctl, int64_t *deadline_ns)
+{
+    unsigned char mine[8];
+    unsigned char *got = NULL;
+    uint32_t len = 0;
+    int64_t left = *deadline_ns - sh_now_ns();
+
+    put_be64(mine, (uint64_t)(left > 0 ? left : 0));
+    if (sh_ctl_bcast(ctl, mine, sizeof(mine), &got, &len, *deadline_ns) != 0)
+        return -1;
+    if (len != sizeof(mine)) {
+        free(got);
+        sh_error("ctl", "malformed deadline from the root");
+        errno = EPROTO;
+        return -1;
+    }
+    if (get_be64(got) <= (uint64_t)INT64_MAX) {
+        int64_t theirs = sh_now_ns() + (int64_t)get_be64(got);
+
+        if (theirs < *deadline_ns)
+            *deadline_ns = theirs;
+    }
+    free(got);
+    return 0;
+}
+
+int sh_ctl_allgather(struct sh_ctl *ctl, uint32_t tag, const void *data,
+                     uint32_t len, int64_t deadline_ns, struct sh_ctl_result *res)
+{
+    int64_t gather_deadline = deadline_ns - (int64_t)ctl->height * ctl->margin;
+    unsigned char *seen = NULL;
+    unsigned char *buf = NULL;
+    uint32_t blen = 0;
+    int rc = -1;
+    int err;
+
+    if (result_alloc(ctl, res, &seen) != 0)
+        return -1;
+    if (gather_core(ctl, tag, data, len,
+                    gather_deadline - (int64_t)ctl->depth * ctl->margin,
+                    gather_deadline - (int64_t)(ctl->depth > 0 ? ctl->depth - 1 : 0) *
+                                          ctl->margin,
+                    res->entry, seen) != 0)
+        goto out;
+    if (ctl->index == 0) {
+        count_missing(ctl, res, 1);
+        if (encode_entries(ctl, res->entry, UINT32_MAX, &buf, &blen) != 0)
+            goto out;
+    }
+    if (bcast_core(ctl, MSG_BCAST, &buf, &blen, deadline_ns) != 0)
+        goto out;
+    if (ctl->index != 0) {
+        /* Replace our partial view with the root's. */
+        sh_ctl_result_free(res);
+        free(seen);
+        seen = NULL;
+        if (result_alloc(ctl, res, &seen) != 0)
+            goto out;
+        if (decode_entries(ctl, buf, blen, UINT32_MAX, ctl->parent.peer, res->entry,
+                           seen) != 0)
+            goto out;
+        for (uint32_t i = 0; i < ctl->n; i++) {
+            if (!seen[i]) {
+                errno = EPROTO;
+                goto out;
+            }
+        }
+        count_missing(ctl, res, 0);
+    }
+    rc = 0;
+out:
+    err = errno;
+    free(buf);
+    free(seen);
+    if (rc != 0)
+        sh_ctl_result_free(res);
+    errno = err;
+    return rc;
+}
+
+/* State: op(8) | parent tx(8) rx(8) | per child: alive(1) tx(8) rx(8). */
+size_t sh_ctl_state_size(const struct sh_ctl *ctl)
+{
+    return 24 + (size_t)ctl->nchild * 17;
+}
+
+int sh_ctl_state_save(const struct sh_ctl *ctl, unsigned char *buf, size_t len)
+{
+    unsigned char *p = buf;
+
+    if (len != sh_ctl_state_size(ctl)) {
+        errno = EINVAL;
+        return -1;
+    }
+    put_be64(p, ctl->op);
+    put_be64(p + 8, ctl->parent.tx.seq);
+    put_be64(p + 16, ctl->parent.rx.seq);
+    p += 24;
+    for (uint32_t j = 0; j < ctl->nchild; j++, p += 17) {
+        p[0] = ctl->child[j].fd >= 0;
+        put_be64(p + 1, ctl->child[j].tx.seq);
+        put_be64(p + 9, ctl->child[j].rx.seq);
+    }
+    return 0;
+}
+
+int sh_ctl_state_load(struct sh_ctl *ctl, const unsigned char *buf, size_t len)
+{
+    const unsigned char *p = buf;
+
+    if (len != sh_ctl_state_size(ctl)) {
+        errno = EINVAL;
+        return -1;
+    }
+    ctl->op = get_be64(p);
+    ctl->parent.tx.seq = get_be64(p + 8);
+    ctl->parent.rx.seq = get_be64(p + 16);
+    p += 24;
+    for (uint32_t j = 0; j < ctl->nchild; j++, p += 17) {
+        if (!p[0] && ctl->child[j].fd >= 0) {
+            sh_chan_close(&ctl->child[j]);
+            ctl->child[j].fd = -1;
+        }
+        ctl->child[j].tx.seq = get_be64(p + 1);
+        ctl->child[j].rx.seq = get_be64(p + 9);
+    }
+    return 0;
+}
+
+uint32_t sh_ctl_format_missing(const struct sh_ctl *ctl,
+                               const struct sh_ctl_result *res, char *buf,
+                               size_t len)
+{
+    static const char *const what[] = { "", " did not answer", " unreachable behind them" };
+    size_t used = 0;
+    uint32_t total = 0;
+
+    if (len == 0)
+        return 0;
+    buf[0] = '\0';
+    for (uint32_t state = SH_CTL_MISSING; state <= SH_CTL_UNREACHABLE; state++) {
+        uint32_t count = 0;
+
+        for (uint32_t i = 0; i < res->nnodes; i++) {
+            int n;
+
+            if (res->entry[i].state != state)
+                continue;
+            n = snprintf(buf + used, len - used, "%s%s",
+                         count == 0 ? (total > 0 ? "; " : "") : ", ",
+                         sh_ctl_name(ctl, i));
+            count++;
+            if (n < 0 || (size_t)n >= len - used)
+                goto truncated;
+            used += (size_t)n;
+        }
+        if (count > 0) {
+            int n = snprintf(buf + used, len - used, "%s", what[state]);
+            if (n < 0 || (size_t)n >= len - used)
+                goto truncated;
+            used += (size_t)n;
+        }
+        total += count;
+    }
+    return total;
+truncated:
+    if (len > 4)
+        memcpy(buf + len - 4, "...", 4);
+    total = 0;
+    for (uint32_t i = 0; i < res->nnodes; i++)
+        total += res->entry[i].state != SH_CTL_OK;
+    return total;
+}

@@ -1,0 +1,1009 @@
+/* stagehand-agent --prolog: one staging of a job's images on this node
+ * (DESIGN.md §2 steps 2-7).
+ *
+ * Root part: read the inputs from the plugin's pipe, create the per-job
+ * runtime directory and the per-user default destination directory, read the
+ * site key and derive K_job, expand the node list; then drop to the job user
+ * for everything else. User part: join the authenticated control tree, let
+ * the leader (node 0) check SRC as the user and broadcast its identity, vote
+ * (current / needs a copy / error), and, only when some node needs a copy,
+ * run the engine under an embedded PMIx server on the participating nodes.
+ * The outcome goes back to the plugin on the pipe (stagehand/agentio.h). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stage.h"
+#include "stagehand/agentio.h"
+#include "stagehand/config.h"
+#include "stagehand/ctl.h"
+#include "stagehand/key.h"
+#include "stagehand/kv.h"
+#include "stagehand/log.h"
+#include "stagehand/size.h"
+#include "stagehand/meta.h"
+#include "stagehand/pmix_host.h"
+#include "stagehand/spec.h"
+#include "stagehand/status.h"
+
+#define MAX_ARGS 64
+#define MAX_INPUT_LINES 256
+/* Step id of a job-level (prolog) staging in the key derivation and the
+ * port derivation; job steps use their own id. */
+#define STEP_JOB UINT64_C(0xfffffffe)
+
+/* Control-plane message tags. */
+enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
+
+enum vote { VOTE_CURRENT = 0, VOTE_NEED = 1, VOTE_ERROR = 2 };
+
+struct agent_in {
+    unsigned proto;
+    uint64_t jobid;
+    uid_t uid;
+    gid_t gid;
+    char user[256];
+    char nodelist[8192];
+    char nodename[256];
+    char cluster[256];
+    char spec[SH_KV_LINE_MAX];
+    int nargs;
+    char *args[MAX_ARGS];
+};
+
+struct agent {
+    struct agent_in in;
+    struct sh_config cfg;
+    struct sh_spec_set *specs;
+    char **names;
+    uint32_t nnodes;
+    uint32_t index;
+    unsigned char kjob[SH_KEY_LEN];
+    char rundir[128];       /* /run/stagehand/<jobid> */
+    int64_t deadline;
+    struct sh_ctl *ctl;
+    FILE *out;               /* the pipe to the plugin */
+    /* outcome */
+    bool failed;
+    bool node_fault;
+    char message[SH_STATUS_LINE_MAX];
+};
+
+static FILE *proto_out;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Agent log lines travel to the plugin, which puts them in the slurmd log. */
+static void pipe_sink(enum sh_log_level level, const char *line)
+{
+    (void)level;
+    if (proto_out != NULL) {
+        sh_kv_put(proto_out, SH_AGENT_OUT_LOG, line);
+        fflush(proto_out);
+    } else {
+        fprintf(stderr, "%s\n", line);
+    }
+}
+
+static void set_failure(struct agent *a, bool node_fault, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_failure(struct agent *a, bool node_fault, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (a->failed)
+        return; /* keep the first cause */
+    a->failed = true;
+    a->node_fault = node_fault;
+    va_start(ap, fmt);
+    vsnprintf(a->message, sizeof(a->message), fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------- inputs -- */
+
+static int parse_u64(const char *s, uint64_t *v)
+{
+    char *end;
+    unsigned long long x;
+
+    errno = 0;
+    x = strtoull(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || s[0] == '-')
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static int copy_in(char *dst, size_t len, const char *value)
+{
+    if (strlen(value) >= len)
+        return -1;
+    memcpy(dst, value, strlen(value) + 1);
+    return 0;
+}
+
+static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
+{
+    char line[SH_KV_LINE_MAX];
+    int lines = 0;
+    bool ended = false;
+    uint64_t v = 0;
+
+    memset(in, 0, sizeof(*in));
+    in->uid = (uid_t)-1;
+    in->gid = (gid_t)-1;
+    while (!ended && lines++ < MAX_INPUT_LINES && fgets(line, sizeof(line), f) != NULL) {
+        char *key, *value;
+        int bad = 0;
+
+        if (strcmp(line, SH_AGENT_IN_END "\n") == 0) {
+            ended = true;
+            break;
+        }
+        if (sh_kv_split(line, &key, &value) != 0) {
+            snprintf(err, errlen, "malformed input line");
+            return -1;
+        }
+        if (strcmp(key, SH_AGENT_IN_VERSION) == 0) {
+            bad = parse_u64(value, &v) != 0;
+            in->proto = (unsigned)v;
+        } else if (strcmp(key, SH_AGENT_IN_JOBID) == 0) {
+            bad = parse_u64(value, &in->jobid) != 0;
+        } else if (strcmp(key, SH_AGENT_IN_UID) == 0) {
+            bad = parse_u64(value, &v) != 0 || v >= UINT32_MAX;
+            in->uid = (uid_t)v;
+        } else if (strcmp(key, SH_AGENT_IN_GID) == 0) {
+            bad = parse_u64(value, &v) != 0 || v >= UINT32_MAX;
+            in->gid = (gid_t)v;
+        } else if (strcmp(key, SH_AGENT_IN_USER) == 0) {
+            bad = copy_in(in->user, sizeof(in->user), value);
+        } else if (strcmp(key, SH_AGENT_IN_NODELIST) == 0) {
+            bad = copy_in(in->nodelist, sizeof(in->nodelist), value);
+        } else if (strcmp(key, SH_AGENT_IN_NODENAME) == 0) {
+            bad = copy_in(in->nodename, sizeof(in->nodename), value);
+        } else if (strcmp(key, SH_AGENT_IN_CLUSTER) == 0) {
+            bad = copy_in(in->cluster, sizeof(in->cluster), value);
+        } else if (strcmp(key, SH_AGENT_IN_SPEC) == 0) {
+            bad = copy_in(in->spec, sizeof(in->spec), value);
+        } else if (strcmp(key, SH_AGENT_IN_ARG) == 0) {
+            if (in->nargs >= MAX_ARGS || (in->args[in->nargs] = strdup(value)) == NULL)
+                bad = 1;
+            else
+                in->nargs++;
+        }
+        if (bad) {
+            snprintf(err, errlen, "bad input '%s'", key);
+            return -1;
+        }
+    }
+    if (!ended) {
+        snprintf(err, errlen, "input ended without '%s'", SH_AGENT_IN_END);
+        return -1;
+    }
+    if (in->proto != SH_AGENT_PROTO_VERSION) {
+        snprintf(err, errlen, "plugin speaks agent protocol %u, this agent %d: "
+                 "install the same stagehand version on every node", in->proto,
+                 SH_AGENT_PROTO_VERSION);
+        return -1;
+    }
+    if (in->jobid == 0 || in->uid == (uid_t)-1 || in->gid == (gid_t)-1 ||
+        in->user[0] == '\0' || in->nodelist[0] == '\0' || in->nodename[0] == '\0' ||
+        in->spec[0] == '\0') {
+        snprintf(err, errlen, "incomplete input (jobid, uid, gid, user, "
+                 "nodelist, nodename and spec are required)");
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------- root set-up -- */
+
+/* mkdirat + verify: @name in @dirfd is a directory (never a symlink) owned by
+ * @uid with mode @mode. Creates it if missing. Returns an O_DIRECTORY fd or
+ * -1 with errno (EPERM: exists with another owner or type). */
+static int make_owned_dir(int dirfd, const char *name, uid_t uid, gid_t gid,
+                          mode_t mode)
+{
+    struct stat sb;
+    int fd;
+
+    if (mkdirat(dirfd, name, mode) == 0) {
+        if (fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+            return -1;
+    } else if (errno != EEXIST) {
+        return -1;
+    }
+    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &sb) != 0 || sb.st_uid != uid) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    if ((sb.st_mode & 07777) != mode && fchmod(fd, mode) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Create the per-user default destination directory (e.g. /nvme/stage/alice)
+ * as root: components below the allowed root are root-owned 0755 except the
+ * last, which belongs to the user (0700). Never follows a symlink. */
+static int make_default_dir(const struct agent *a, const char *dir, char *err,
+                            size_t errlen)
+{
+    const char *root = sh_config_allowed_root(&a->cfg, dir);
+    char path[PATH_MAX];
+    char *save = NULL, *comp, *next;
+    int fd, nfd;
+
+    if (root == NULL) {
+        snprintf(err, errlen, "default destination %s is not under an allowed root", dir);
+        errno = EINVAL;
+        return -1;
+    }
+    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "allowed root %s: %s", root, strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s", dir + strlen(root));
+    comp = strtok_r(path, "/", &save);
+    while (comp != NULL) {
+        bool last;
+
+        next = strtok_r(NULL, "/", &save);
+        last = next == NULL;
+        nfd = make_owned_dir(fd, comp, last ? a->in.uid : 0,
+                             last ? a->in.gid : 0, last ? 0700 : 0755);
+        if (nfd < 0) {
+            snprintf(err, errlen, "default destination %s: component %s: %s", dir,
+                     comp, errno == EPERM ? "exists with another owner or is not "
+                     "a directory" : strerror(errno));
+            close(fd);
+            return -1;
+        }
+        close(fd);
+        fd = nfd;
+        comp = next;
+    }
+    close(fd);
+    return 0;
+}
+
+static int root_setup(struct agent *a, char *err, size_t errlen)
+{
+    struct sh_site_key site;
+    char name[32], dflt[PATH_MAX];
+    int rfd, jfd;
+
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0) {
+        snprintf(err, errlen, "%s: %s", SH_RUNTIME_DIR, strerror(errno));
+        return -1;
+    }
+    snprintf(name, sizeof(name), "%" PRIu64, a->in.jobid);
+    jfd = make_owned_dir(rfd, name, a->in.uid, a->in.gid, 0700);
+    close(rfd);
+    if (jfd < 0) {
+        snprintf(err, errlen, "runtime directory %s/%s: %s", SH_RUNTIME_DIR, name,
+                 strerror(errno));
+        return -1;
+    }
+    close(jfd);
+    snprintf(a->rundir, sizeof(a->rundir), "%s/%s", SH_RUNTIME_DIR, name);
+
+    /* The per-user default directory, when some image uses it. */
+    if (sh_config_default_dir(&a->cfg, a->in.user, dflt, sizeof(dflt)) == 0) {
+        size_t dl = strlen(dflt);
+
+        for (size_t i = 0; i < sh_spec_set_count(a->specs); i++) {
+            const char *dst = sh_spec_set_dst(a->specs, i);
+            if (strncmp(dst, dflt, dl) == 0 && dst[dl] == '/' &&
+                strchr(dst + dl + 1, '/') == NULL) {
+                if (make_default_dir(a, dflt, err, errlen) != 0)
+                    return -1;
+                break;
+            }
+        }
+    }
+
+    if (sh_key_load_site(a->cfg.key_file, &site) != 0) {
+        snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
+        return -1;
+    }
+    if (sh_key_derive_job(&site, a->in.cluster, a->in.jobid, STEP_JOB,
+                          (uint32_t)a->in.uid, a->kjob) != 0) {
+        sh_key_wipe(&site, sizeof(site));
+        snprintf(err, errlen, "key derivation failed");
+        return -1;
+    }
+    sh_key_wipe(&site, sizeof(site));
+    return 0;
+}
+
+/* initgroups, setgid, setuid, then verify that root cannot be regained. */
+static int drop_privileges(const struct agent *a, char *err, size_t errlen)
+{
+    if (initgroups(a->in.user, a->in.gid) != 0 || setgid(a->in.gid) != 0 ||
+        setuid(a->in.uid) != 0) {
+        snprintf(err, errlen, "cannot become %s (uid %u): %s", a->in.user,
+                 (unsigned)a->in.uid, strerror(errno));
+        return -1;
+    }
+    if (getuid() != a->in.uid || geteuid() != a->in.uid || getgid() != a->in.gid ||
+        getegid() != a->in.gid || (a->in.uid != 0 && setuid(0) == 0)) {
+        snprintf(err, errlen, "privilege drop to uid %u did not take", (unsigned)a->in.uid);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- staging -- */
+
+/* Leader: the source as the user sees it now, or a user error. */
+static int probe_source(const char *src, struct sh_src_id *id, char *err,
+                        size_t errlen)
+{
+    struct stat sb;
+    int fd;
+
+    memset(id, 0, sizeof(*id));
+    fd = open(src, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "source %s: %s", src, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "source %s: %s", src, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "source %s is not a regular file", src);
+        return -1;
+    }
+    snprintf(id->path, sizeof(id->path), "%s", src);
+    id->size = (uint64_t)sb.st_size;
+    id->mtime = sh_ts_from(&sb.st_mtim);
+    id->ctime = sh_ts_from(&sb.st_ctim);
+    return 0;
+}
+
+/* This node's vote for @dst given the source @id. Content checks are left to
+ * the engine (it hashes DST); here only the recorded metadata decides. */
+static enum vote vote_for(const struct agent *a, const char *dst,
+                          const struct sh_src_id *id, char *why, size_t whylen)
+{
+    enum sh_check check = a->cfg.check;
+    char dir[PATH_MAX], *slash;
+    struct sh_meta rec;
+    struct stat sb;
+    const char *reason = "";
+    int dirfd, fd, current;
+
+    snprintf(why, whylen, "needs a copy");
+    if (check == SH_CHECK_NEVER || check == SH_CHECK_CONTENT)
+        return VOTE_NEED;
+    snprintf(dir, sizeof(dir), "%s", dst);
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return VOTE_NEED;
+    *slash = '\0';
+    dirfd = open(dir[0] != '\0' ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return VOTE_NEED; /* the engine creates parents and reports errors */
+    if (fstatat(dirfd, slash + 1, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        close(dirfd);
+        return VOTE_NEED;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(dirfd);
+        return VOTE_NEED; /* the engine refuses to replace it, with a message */
+    }
+    fd = openat(dirfd, slash + 1, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        close(dirfd);
+        return VOTE_NEED;
+    }
+    current = sh_meta_load(dirfd, slash + 1, fd, &rec, NULL) == 0 &&
+              sh_meta_is_current(check, id, &sb, a->in.uid, &rec, NULL, &reason) == 1;
+    if (!current && check == SH_CHECK_SIZE)
+        current = sh_meta_is_current(check, id, &sb, a->in.uid, NULL, NULL, &reason) == 1;
+    close(fd);
+    close(dirfd);
+    if (current) {
+        snprintf(why, whylen, "current");
+        return VOTE_CURRENT;
+    }
+    if (reason != NULL && reason[0] != '\0')
+        snprintf(why, whylen, "%s", reason);
+    return VOTE_NEED;
+}
+
+static int encode_src(char *buf, size_t len, int ok, const struct sh_src_id *id,
+                      const char *err)
+{
+    int n;
+
+    if (ok)
+        n = snprintf(buf, len, "ok %" PRIu64 " %" PRId64 " %" PRIu32 " %" PRId64
+                     " %" PRIu32, id->size, id->mtime.sec, id->mtime.nsec,
+                     id->ctime.sec, id->ctime.nsec);
+    else
+        n = snprintf(buf, len, "err %s", err);
+    return n < 0 ? 0 : (int)((size_t)n < len ? (size_t)n : len - 1);
+}
+
+static int decode_src(const unsigned char *data, uint32_t len, const char *src,
+                      struct sh_src_id *id, char *err, size_t errlen)
+{
+    char buf[SH_STATUS_LINE_MAX];
+    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+
+    memcpy(buf, data, n);
+    buf[n] = '\0';
+    memset(id, 0, sizeof(*id));
+    if (strncmp(buf, "err ", 4) == 0) {
+        snprintf(err, errlen, "%s", buf + 4);
+        return -1;
+    }
+    snprintf(id->path, sizeof(id->path), "%s", src);
+    if (sscanf(buf, "ok %" SCNu64 " %" SCNd64 " %" SCNu32 " %" SCNd64 " %" SCNu32,
+               &id->size, &id->mtime.sec, &id->mtime.nsec, &id->ctime.sec,
+               &id->ctime.nsec) != 5) {
+        snprintf(err, errlen, "malformed source record from the leader");
+        return -1;
+    }
+    return 0;
+}
+
+/* Run the engine for one image on the participants. @part lists node
+ * indices (node 0 first); this node is @part[mypos]. */
+static int run_engine(struct agent *a, size_t img, const uint32_t *part,
+                      uint32_t npart, uint32_t mypos, char *err, size_t errlen)
+{
+    struct sh_ctl_cfg cc;
+    struct sh_ctl *sub = NULL;
+    struct sh_pmix_outcome po;
+    const char **names = NULL;
+    char nspace[128], segsz[32], depth[32], tmo[32];
+    char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
+    char outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
+    unsigned char *ns = NULL;
+    uint32_t nslen = 0;
+    int rc = -1, outfd, logfd, saved_out, saved_err;
+    uint64_t secs;
+
+    names = calloc(npart, sizeof(*names));
+    if (names == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t i = 0; i < npart; i++)
+        names[i] = a->names[part[i]];
+    memset(&cc, 0, sizeof(cc));
+    cc.nnodes = npart;
+    cc.index = mypos;
+    cc.fanout = a->cfg.fanout;
+    cc.names = names;
+    cc.port_base = a->cfg.port_base;
+    cc.port_range = a->cfg.port_range;
+    cc.jobid = a->in.jobid;
+    cc.stepid = STEP_JOB - 1 - img; /* a tree of its own per image */
+    cc.kjob = a->kjob;
+    if (sh_ctl_join(&cc, a->deadline, &sub) != 0) {
+        snprintf(err, errlen, "engine control tree: %s", strerror(errno));
+        goto out;
+    }
+    if (mypos == 0 && sh_pmix_make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0) {
+        snprintf(err, errlen, "PMIx namespace: %s", strerror(errno));
+        goto out;
+    }
+    if (sh_ctl_bcast(sub, nspace, mypos == 0 ? (uint32_t)strlen(nspace) + 1 : 0,
+                     &ns, &nslen, a->deadline) != 0 || nslen == 0 ||
+        ns[nslen - 1] != '\0') {
+        snprintf(err, errlen, "PMIx namespace broadcast: %s", strerror(errno));
+        goto out;
+    }
+
+    snprintf(pmixdir, sizeof(pmixdir), "%s/pmix.%zu", a->rundir, img);
+    if (mkdir(pmixdir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
+        goto out;
+    }
+    secs = (uint64_t)((a->deadline - now_ns()) / 1000000000);
+    if (secs < 1)
+        secs = 1;
+    snprintf(segsz, sizeof(segsz), "%" PRIu64, a->cfg.segment_size);
+    snprintf(depth, sizeof(depth), "%u", a->cfg.pipeline_depth);
+    snprintf(tmo, sizeof(tmo), "%" PRIu64 "s", secs);
+    snprintf(env_jobid, sizeof(env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
+    snprintf(env_jobid2, sizeof(env_jobid2), "SLURM_JOB_ID=%" PRIu64, a->in.jobid);
+    snprintf(env_nodelist, sizeof(env_nodelist), "SLURM_NODELIST=%s", a->in.nodelist);
+    snprintf(env_step, sizeof(env_step), "SLURM_STEP_ID=%zu", img);
+    snprintf(env_tmp, sizeof(env_tmp), "TMPDIR=%s", a->rundir);
+    {
+        const char *argv[] = {
+            a->cfg.engine,
+            "--source", sh_spec_set_src(a->specs, img),
+            "--dest", sh_spec_set_dst(a->specs, img),
+            "--check", sh_check_name(a->cfg.check),
+            "--hash", sh_hash_name(a->cfg.hash),
+            "--segment-size", segsz,
+            "--pipeline-depth", depth,
+            "--timeout", tmo,
+            "--json",
+            NULL,
+        };
+        const char *envp[] = {
+            "PATH=/usr/bin:/bin", env_jobid, env_jobid2, env_nodelist, env_step, env_tmp,
+            "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp",
+            "OMPI_MCA_btl_base_warn_component_unused=0", NULL,
+        };
+        struct sh_pmix_cfg pc = {
+            .ctl = sub,
+            .nspace = (const char *)ns,
+            .hosts = names,
+            .tmpdir = pmixdir,
+            .uid = a->in.uid,
+            .gid = a->in.gid,
+            .argv = argv,
+            .envp = envp,
+            .deadline_ns = a->deadline,
+            .kill_grace_ns = 0,
+        };
+
+        /* The engine's output goes to files in the runtime directory, not
+         * into our pipe to the plugin: the JSON summary (stdout) and its log
+         * (stderr). PMIx gets a directory of its own (it cleans it up). */
+        snprintf(outpath, sizeof(outpath), "%s/engine.%zu.json", a->rundir, img);
+        snprintf(logpath, sizeof(logpath), "%s/engine.%zu.log", a->rundir, img);
+        outfd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        saved_out = dup(STDOUT_FILENO);
+        saved_err = dup(STDERR_FILENO);
+        if (outfd >= 0) {
+            dup2(outfd, STDOUT_FILENO);
+            close(outfd);
+        }
+        if (logfd >= 0) {
+            dup2(logfd, STDERR_FILENO);
+            close(logfd);
+        }
+        memset(&po, 0, sizeof(po));
+        rc = sh_pmix_run(&pc, &po);
+        if (saved_out >= 0) {
+            dup2(saved_out, STDOUT_FILENO);
+            close(saved_out);
+        }
+        if (saved_err >= 0) {
+            dup2(saved_err, STDERR_FILENO);
+            close(saved_err);
+        }
+        if (rc != 0)
+            snprintf(err, errlen, "%s", po.message[0] != '\0' ? po.message : strerror(errno));
+        sh_pmix_outcome_free(&po);
+    }
+out:
+    free(ns);
+    sh_ctl_close(sub);
+    free(names);
+    return rc;
+}
+
+/* Read the engine's JSON summary (rank 0 writes it, so only node 0 has it)
+ * into @buf. Returns the length, 0 when there is none. */
+static size_t engine_json(const struct agent *a, size_t img, char *buf, size_t len)
+{
+    char path[PATH_MAX];
+    size_t n = 0;
+    FILE *f;
+
+    buf[0] = '\0';
+    snprintf(path, sizeof(path), "%s/engine.%zu.json", a->rundir, img);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return n;
+}
+
+/* The number after "key": in @json (first occurrence at or after @from), or
+ * @dflt. Our own engine's flat output: no general JSON parser needed. */
+static double json_num(const char *json, const char *key, double dflt)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", key);
+    p = strstr(json, pat);
+    return p != NULL ? strtod(p + strlen(pat), NULL) : dflt;
+}
+
+/* Copy the string value of "key": found at or after @from into @out. Returns
+ * the position after it, or NULL. */
+static const char *json_str(const char *from, const char *key, char *out, size_t len)
+{
+    char pat[64];
+    const char *p, *q;
+    size_t n;
+
+    snprintf(pat, sizeof(pat), "\"%s\":\"", key);
+    p = strstr(from, pat);
+    if (p == NULL)
+        return NULL;
+    p += strlen(pat);
+    for (q = p; *q != '\0' && !(*q == '"' && q[-1] != '\\'); q++)
+        ;
+    n = (size_t)(q - p) < len - 1 ? (size_t)(q - p) : len - 1;
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return *q != '\0' ? q + 1 : q;
+}
+
+/* One line per image from the engine's summary: "DST: 2 copied, 1 current of
+ * 3 nodes; 1.00 GiB in 4.12 s (248.5 MiB/s)". */
+static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
+                           double secs, char *buf, size_t len)
+{
+    double copied = json_num(json, "nodes_copied", -1);
+    double bytes = json_num(json, "bytes_transferred", 0);
+    char size[32];
+
+    sh_format_size((uint64_t)bytes, size, sizeof(size));
+    if (copied < 0) {
+        snprintf(buf, len, "%s: staged on %u nodes in %.2f s", dst, nnodes, secs);
+        return;
+    }
+    snprintf(buf, len, "%s: %.0f copied, %.0f current of %u nodes; %s in %.2f s (%.1f MiB/s)",
+             dst, copied, (double)nnodes - copied, nnodes, size, secs,
+             secs > 0 ? bytes / secs / 1048576.0 : 0.0);
+}
+
+/* "n2: publish: No space left on device; n3: ..." from the engine's per-node
+ * results, into @buf (empty when no node reported an error). */
+static void engine_failures(const char *json, char *buf, size_t len)
+{
+    const char *p = strstr(json, "\"node_results\"");
+    size_t o = 0;
+
+    buf[0] = '\0';
+    while (p != NULL && o < len - 1) {
+        char node[256], phase[64], error[512];
+        const char *q = json_str(p, "node", node, sizeof(node));
+
+        if (q == NULL || json_str(q, "phase", phase, sizeof(phase)) == NULL)
+            break;
+        p = json_str(q, "error", error, sizeof(error));
+        if (p == NULL)
+            break;
+        if (error[0] != '\0') {
+            int n = snprintf(buf + o, len - o, "%s%s: %s%s%s", o > 0 ? "; " : "", node,
+                             phase, phase[0] != '\0' ? ": " : "", error);
+            if (n < 0)
+                break;
+            o += (size_t)n;
+        }
+    }
+    if (o == 0) {
+        char serr[512];
+        if (json_str(json, "source_error", serr, sizeof(serr)) != NULL && serr[0] != '\0')
+            snprintf(buf, len, "%s", serr);
+    }
+}
+
+static void stage_image(struct agent *a, size_t img)
+{
+    const char *src = sh_spec_set_src(a->specs, img);
+    const char *dst = sh_spec_set_dst(a->specs, img);
+    struct sh_ctl_result votes;
+    struct sh_src_id id;
+    char buf[SH_STATUS_LINE_MAX], err[SH_STATUS_LINE_MAX], why[256];
+    unsigned char *data = NULL, *plan = NULL;
+    uint32_t dlen = 0, plen = 0, npart = 0, mypos = UINT32_MAX;
+    uint32_t *part = NULL;
+    enum vote v;
+    int64_t t0 = now_ns();
+    int len;
+
+    /* 1. the leader checks SRC as the user; everyone learns its identity. */
+    if (a->index == 0) {
+        int ok = probe_source(src, &id, err, sizeof(err)) == 0;
+        len = encode_src(buf, sizeof(buf), ok, &id, err);
+    } else {
+        len = 0;
+    }
+    if (sh_ctl_bcast(a->ctl, buf, (uint32_t)len, &data, &dlen, a->deadline) != 0) {
+        set_failure(a, true, "lost the control plane (source metadata): %s", strerror(errno));
+        return;
+    }
+    if (decode_src(data, dlen, src, &id, err, sizeof(err)) != 0) {
+        free(data);
+        set_failure(a, false, "%s", err);
+        return;
+    }
+    free(data);
+
+    /* 2. every node votes. */
+    v = vote_for(a, dst, &id, why, sizeof(why));
+    len = snprintf(buf, sizeof(buf), "%d %s", (int)v, why);
+    memset(&votes, 0, sizeof(votes));
+    if (sh_ctl_gather(a->ctl, TAG_VOTE, buf, (uint32_t)len, a->deadline, &votes) != 0) {
+        set_failure(a, true, "lost the control plane (votes): %s", strerror(errno));
+        return;
+    }
+    /* 3. the leader plans: node 0 reads; nodes that need a copy receive. */
+    if (a->index == 0) {
+        char missing[512];
+
+        if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0) {
+            len = snprintf(buf, sizeof(buf), "fail nodes did not answer: %s", missing);
+        } else {
+            size_t o = (size_t)snprintf(buf, sizeof(buf), "plan");
+            uint32_t needs = 0;
+
+            for (uint32_t i = 0; i < votes.nnodes; i++) {
+                int vv = votes.entry[i].len > 0 ? votes.entry[i].data[0] - '0' : VOTE_NEED;
+                if (vv == VOTE_NEED)
+                    needs++;
+                if ((i == 0 || vv == VOTE_NEED) && o < sizeof(buf) - 12)
+                    o += (size_t)snprintf(buf + o, sizeof(buf) - o, " %u", i);
+            }
+            if (needs == 0)
+                len = snprintf(buf, sizeof(buf), "noop");
+            else
+                len = (int)o;
+        }
+        sh_ctl_result_free(&votes);
+    } else {
+        len = 0;
+    }
+    if (sh_ctl_bcast(a->ctl, buf, (uint32_t)len, &plan, &plen, a->deadline) != 0) {
+        set_failure(a, true, "lost the control plane (plan): %s", strerror(errno));
+        return;
+    }
+    {
+        char text[SH_STATUS_LINE_MAX];
+        size_t n = plen < sizeof(text) - 1 ? plen : sizeof(text) - 1;
+
+        memcpy(text, plan, n);
+        text[n] = '\0';
+        free(plan);
+        if (strncmp(text, "fail ", 5) == 0) {
+            set_failure(a, false, "image %s: %s", dst, text + 5);
+            return;
+        }
+        if (strcmp(text, "noop") == 0) {
+            snprintf(buf, sizeof(buf), "%s: all %u nodes current, nothing copied (%.3f s)",
+                     dst, a->nnodes, (double)(now_ns() - t0) / 1e9);
+            sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, buf);
+            sh_info("stage", "%s", buf);
+            return;
+        }
+        part = calloc(a->nnodes, sizeof(*part));
+        if (part == NULL) {
+            set_failure(a, true, "out of memory");
+            return;
+        }
+        for (char *tok = strtok(text + 4, " "); tok != NULL; tok = strtok(NULL, " ")) {
+            uint64_t x;
+            if (parse_u64(tok, &x) == 0 && x < a->nnodes && npart < a->nnodes) {
+                if ((uint32_t)x == a->index)
+                    mypos = npart;
+                part[npart++] = (uint32_t)x;
+            }
+        }
+    }
+
+    /* 4. participants run the engine; everyone then agrees on the result. */
+    err[0] = '\0';
+    if (mypos != UINT32_MAX && run_engine(a, img, part, npart, mypos, err, sizeof(err)) != 0) {
+        static char json[65536];
+        char reason[SH_STATUS_LINE_MAX / 2];
+
+        reason[0] = '\0';
+        if (engine_json(a, img, json, sizeof(json)) > 0)
+            engine_failures(json, reason, sizeof(reason));
+        if (reason[0] != '\0')
+            len = snprintf(buf, sizeof(buf), "fail %s", reason);
+        else
+            len = snprintf(buf, sizeof(buf), "fail %s: %.400s", a->in.nodename, err);
+    } else {
+        len = snprintf(buf, sizeof(buf), "ok");
+    }
+    free(part);
+    {
+        struct sh_ctl_result res;
+        unsigned char *fin = NULL;
+        uint32_t flen = 0;
+
+        memset(&res, 0, sizeof(res));
+        if (sh_ctl_gather(a->ctl, TAG_RESULT, buf, (uint32_t)len, a->deadline, &res) != 0) {
+            set_failure(a, true, "lost the control plane (results): %s", strerror(errno));
+            return;
+        }
+        if (a->index == 0) {
+            char summary[512], missing[512];
+            size_t o = 0;
+
+            buf[0] = '\0';
+            for (uint32_t i = 0; i < res.nnodes; i++) {
+                const struct sh_ctl_entry *e = &res.entry[i];
+                if (e->state == SH_CTL_OK && e->len >= 4 && memcmp(e->data, "fail", 4) == 0 &&
+                    o < sizeof(buf) - 2) {
+                    o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%.*s",
+                                          o > 0 ? "; " : "fail ", (int)e->len - 5,
+                                          (const char *)e->data + 5);
+                }
+            }
+            if (sh_ctl_format_missing(a->ctl, &res, missing, sizeof(missing)) > 0 &&
+                o < sizeof(buf) - 2)
+                o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%snodes did not answer: %s",
+                                      o > 0 ? "; " : "fail ", missing);
+            if (o == 0) {
+                static char json[65536];
+
+                engine_json(a, img, json, sizeof(json));
+                engine_summary(json, dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
+                               summary, sizeof(summary));
+                o = (size_t)snprintf(buf, sizeof(buf), "ok %s", summary);
+            }
+            len = (int)(o < sizeof(buf) ? o : sizeof(buf) - 1);
+            sh_ctl_result_free(&res);
+        } else {
+            len = 0;
+        }
+        if (sh_ctl_bcast(a->ctl, buf, (uint32_t)len, &fin, &flen, a->deadline) != 0) {
+            set_failure(a, true, "lost the control plane (outcome): %s", strerror(errno));
+            return;
+        }
+        {
+            char text[SH_STATUS_LINE_MAX];
+            size_t n = flen < sizeof(text) - 1 ? flen : sizeof(text) - 1;
+
+            memcpy(text, fin, n);
+            text[n] = '\0';
+            free(fin);
+            if (strncmp(text, "ok ", 3) == 0) {
+                sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, text + 3);
+                sh_info("stage", "%s", text + 3);
+            } else {
+                set_failure(a, true, "image %s: %s", dst,
+                            strncmp(text, "fail ", 5) == 0 ? text + 5 : text);
+            }
+        }
+    }
+}
+
+static void report(struct agent *a)
+{
+    sh_kv_put(a->out, SH_AGENT_OUT_RESULT, a->failed ? "fail" : "ok");
+    sh_kv_put(a->out, SH_AGENT_OUT_FAULT, !a->failed ? "none" : a->node_fault ? "node" : "user");
+    sh_kv_put(a->out, SH_AGENT_OUT_MESSAGE, a->message);
+    fflush(a->out);
+}
+
+int sh_agent_prolog_main(void)
+{
+    static struct agent a;
+    char err[SH_STATUS_LINE_MAX];
+    int out_fd, devnull;
+
+    /* Our stdout is the pipe to the plugin; keep it private to the protocol
+     * and give fd 1 to /dev/null so nothing else can write into it. */
+    out_fd = dup(STDOUT_FILENO);
+    a.out = out_fd >= 0 ? fdopen(out_fd, "w") : NULL;
+    if (a.out == NULL)
+        return 1;
+    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull >= 0) {
+        dup2(devnull, STDOUT_FILENO);
+        close(devnull);
+    }
+    proto_out = a.out;
+    sh_log_set_sink(pipe_sink);
+    sh_log_set_identity("agent", NULL, NULL, -1);
+
+    if (read_inputs(stdin, &a.in, err, sizeof(err)) != 0) {
+        set_failure(&a, true, "agent input: %s", err);
+        goto done;
+    }
+    {
+        char jobid[32];
+        snprintf(jobid, sizeof(jobid), "%" PRIu64, a.in.jobid);
+        sh_log_set_identity("agent", jobid, a.in.nodename, -1);
+    }
+    if (sh_config_parse(&a.cfg, a.in.nargs, (const char *const *)a.in.args, err,
+                        sizeof(err)) != 0) {
+        set_failure(&a, false, "stagehand is misconfigured on this cluster: %s", err);
+        goto done;
+    }
+    a.deadline = now_ns() + (int64_t)a.cfg.timeout_ns;
+    a.specs = sh_spec_set_deserialize(a.in.spec, err, sizeof(err));
+    if (a.specs == NULL) {
+        set_failure(&a, false, "--stage-image: %s", err);
+        goto done;
+    }
+    for (size_t i = 0; i < sh_spec_set_count(a.specs); i++) {
+        if (sh_config_check_dest(&a.cfg, sh_spec_set_dst(a.specs, i), err, sizeof(err)) != 0) {
+            set_failure(&a, false, "--stage-image: %s", err);
+            goto done;
+        }
+    }
+    if (sh_nodelist_expand(a.in.nodelist, &a.names, &a.nnodes) != 0 ||
+        sh_nodelist_index(a.names, a.nnodes, a.in.nodename, &a.index) != 0) {
+        set_failure(&a, true, "node %s is not in the job's node list %s",
+                    a.in.nodename, a.in.nodelist);
+        goto done;
+    }
+    if (root_setup(&a, err, sizeof(err)) != 0) {
+        set_failure(&a, true, "node %s: %s", a.in.nodename, err);
+        goto done;
+    }
+    if (drop_privileges(&a, err, sizeof(err)) != 0) {
+        set_failure(&a, true, "node %s: %s", a.in.nodename, err);
+        goto done;
+    }
+    {
+        struct sh_ctl_cfg cc;
+
+        memset(&cc, 0, sizeof(cc));
+        cc.nnodes = a.nnodes;
+        cc.index = a.index;
+        cc.fanout = a.cfg.fanout;
+        cc.names = (const char *const *)a.names;
+        cc.port_base = a.cfg.port_base;
+        cc.port_range = a.cfg.port_range;
+        cc.jobid = a.in.jobid;
+        cc.stepid = STEP_JOB;
+        cc.kjob = a.kjob;
+        if (sh_ctl_join(&cc, a.deadline, &a.ctl) != 0) {
+            set_failure(&a, false, "node %s: control plane: %s%s", a.in.nodename,
+                        strerror(errno),
+                        errno == ETIMEDOUT ? " (is PrologFlags=Alloc set? without it "
+                        "the prolog runs on the batch node only)" : "");
+            goto done;
+        }
+        sh_ctl_sync_deadline(a.ctl, &a.deadline);
+    }
+    for (size_t i = 0; i < sh_spec_set_count(a.specs) && !a.failed; i++)
+        stage_image(&a, i);
+done:
+    report(&a);
+    sh_ctl_close(a.ctl);
+    sh_key_wipe(a.kjob, sizeof(a.kjob));
+    sh_spec_set_free(a.specs);
+    if (a.names != NULL)
+        sh_nodelist_free(a.names, a.nnodes);
+    for (int i = 0; i < a.in.nargs; i++)
+        free(a.in.args[i]);
+    return a.failed ? 1 : 0;
+}

@@ -1,0 +1,454 @@
+/* plugstack.conf arguments; see include/stagehand/config.h. */
+#include "config.h"
+#include "stagehand/config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "stagehand/size.h"
+#include "stagehand/spec.h"
+
+#define NS_PER_S 1000000000ULL
+#define SHOW_MAX 320
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+void sh_config_defaults(struct sh_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->n_allowed_dest = 0;
+    cfg->default_dest[0] = '\0';
+    snprintf(cfg->key_file, sizeof(cfg->key_file), "%s",
+             "/etc/slurm/stagehand.key");
+    snprintf(cfg->agent, sizeof(cfg->agent), "%s", SH_AGENT_PATH);
+    snprintf(cfg->engine, sizeof(cfg->engine), "%s", SH_ENGINE_PATH);
+    cfg->mpi_env[0] = '\0';
+    cfg->port_base = 7300;
+    cfg->port_range = 1000;
+    cfg->fanout = 32;
+    /* Not yet measured on this project's cluster (bench/ will tell). */
+    cfg->segment_size = 8ULL << 20;
+    cfg->pipeline_depth = 4;
+    cfg->timeout_ns = 600 * NS_PER_S;
+    cfg->check = SH_CHECK_META;
+    cfg->hash = SH_HASH_XXH3;
+    cfg->on_node_fault = SH_FAULT_FAIL;
+    cfg->submit_check = true;
+    cfg->verbose = false;
+    cfg->allow_shared_dst = false;
+}
+
+/* ---- value parsers: each gets the key and value for its messages ------ */
+
+struct arg {
+    const char *key;
+    const char *val;
+    char *err;
+    size_t errlen;
+};
+
+static int bad(const struct arg *a, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Message "<key>=<value>: <reason>", errno = @errnum, returns -1. */
+static int bad(const struct arg *a, int errnum, const char *fmt, ...)
+{
+    char show[SHOW_MAX];
+    char reason[512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    seterr(a->err, a->errlen, "%s=%s: %s", a->key,
+           sh_spec_display(a->val, show, sizeof(show)), reason);
+    errno = errnum;
+    return -1;
+}
+
+static int parse_uint(const struct arg *a, unsigned long min,
+                      unsigned long max, unsigned long *out)
+{
+    unsigned long v = 0;
+    const char *p = a->val;
+
+    if (*p == '\0')
+        return bad(a, EINVAL, "expected a decimal number");
+    for (; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return bad(a, EINVAL, "expected a decimal number");
+        v = v * 10 + (unsigned long)(*p - '0');
+        if (v > max)
+            break;
+    }
+    if (v < min || v > max)
+        return bad(a, ERANGE, "must be between %lu and %lu", min, max);
+    *out = v;
+    return 0;
+}
+
+static int parse_path(const struct arg *a, char *out, size_t outlen)
+{
+    char why[SHOW_MAX + 200];
+
+    if (sh_spec_path_normalize(a->val, out, outlen, why, sizeof(why)) != 0)
+        return bad(a, errno == ENAMETOOLONG ? ERANGE : EINVAL, "%s", why);
+    return 0;
+}
+
+static int parse_bool(const struct arg *a, bool *out)
+{
+    if (strcmp(a->val, "yes") == 0) {
+        *out = true;
+        return 0;
+    }
+    if (strcmp(a->val, "no") == 0) {
+        *out = false;
+        return 0;
+    }
+    return bad(a, EINVAL, "expected yes or no");
+}
+
+/* Look @val up in the NULL-terminated @names; its index in *out. */
+static int parse_word(const struct arg *a, const char *const *names,
+                      const char *expect, int *out)
+{
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strcmp(a->val, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    }
+    return bad(a, EINVAL, "expected %s", expect);
+}
+
+static const char *const fault_names[] = { "fail", "drain", NULL };
+
+const char *sh_config_fault_name(enum sh_node_fault fault)
+{
+    return (unsigned)fault < 2 ? fault_names[fault] : "?";
+}
+
+static int set_allowed_dest(struct sh_config *cfg, const struct arg *a)
+{
+    const char *p = a->val;
+
+    cfg->n_allowed_dest = 0;
+    for (;;) {
+        char raw[PATH_MAX], norm[PATH_MAX], why[SHOW_MAX + 200];
+        size_t len = strcspn(p, ":");
+
+        if (len == 0)
+            return bad(a, EINVAL, "empty directory in the list (a stray "
+                       "':'?)");
+        if (len >= sizeof(raw))
+            return bad(a, ERANGE, "a directory is too long");
+        memcpy(raw, p, len);
+        raw[len] = '\0';
+        if (sh_spec_path_normalize(raw, norm, sizeof(norm), why,
+                                   sizeof(why)) != 0)
+            return bad(a, EINVAL, "%s", why);
+        if (strcmp(norm, "/") == 0)
+            return bad(a, EINVAL, "'/' would allow every path; name the "
+                       "node-local directories");
+        if (strlen(norm) >= SH_CONFIG_ROOT_MAX)
+            return bad(a, ERANGE, "a directory is longer than %d bytes",
+                       SH_CONFIG_ROOT_MAX - 1);
+        if (cfg->n_allowed_dest == SH_CONFIG_MAX_ROOTS)
+            return bad(a, ERANGE, "more than %d directories",
+                       SH_CONFIG_MAX_ROOTS);
+        memcpy(cfg->allowed_dest[cfg->n_allowed_dest], norm,
+               strlen(norm) + 1);
+        cfg->n_allowed_dest++;
+        p += len;
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    return 0;
+}
+
+/* default_dest: absolute, only %u and %% as escapes; the expansion is
+ * checked against allowed_dest once all keys are read. */
+static int set_default_dest(struct sh_config *cfg, const struct arg *a)
+{
+    if (a->val[0] != '/')
+        return bad(a, EINVAL, "not an absolute path");
+    for (const char *p = a->val; *p != '\0'; p++) {
+        if (*p != '%')
+            continue;
+        if (p[1] != 'u' && p[1] != '%')
+            return bad(a, EINVAL, "only %%u (user name) and %%%% may follow "
+                       "'%%'");
+        p++;
+    }
+    if (strlen(a->val) >= sizeof(cfg->default_dest))
+        return bad(a, ERANGE, "path is too long");
+    memcpy(cfg->default_dest, a->val, strlen(a->val) + 1);
+    return 0;
+}
+
+static int set_key(struct sh_config *cfg, const struct arg *a, int which)
+{
+    unsigned long v;
+    uint64_t u;
+    int w = 0;
+
+    switch (which) {
+    case 0:
+        return set_allowed_dest(cfg, a);
+    case 1:
+        return set_default_dest(cfg, a);
+    case 2:
+        return parse_path(a, cfg->key_file, sizeof(cfg->key_file));
+    case 3:
+        return parse_path(a, cfg->agent, sizeof(cfg->agent));
+    case 4:
+        return parse_path(a, cfg->engine, sizeof(cfg->engine));
+    case 5:
+        if (parse_uint(a, 1024, 65535, &v) != 0)
+            return -1;
+        cfg->port_base = (uint16_t)v;
+        return 0;
+    case 6:
+        if (parse_uint(a, 1, 64512, &v) != 0)
+            return -1;
+        cfg->port_range = (uint16_t)v;
+        return 0;
+    case 7:
+        if (parse_uint(a, 1, 1024, &v) != 0)
+            return -1;
+        cfg->fanout = (unsigned)v;
+        return 0;
+    case 8:
+        if (sh_parse_size(a->val, &u) != 0)
+            return bad(a, errno, "expected a size such as 8M or 64MiB");
+        if (u == 0 || u > SH_CONFIG_SEGMENT_MAX) /* case F09 */
+            return bad(a, ERANGE, "must be more than 0 and at most 1G "
+                       "(every MPI count is an int)");
+        cfg->segment_size = u;
+        return 0;
+    case 9:
+        if (parse_uint(a, 1, 64, &v) != 0)
+            return -1;
+        cfg->pipeline_depth = (unsigned)v;
+        return 0;
+    case 10:
+        if (sh_parse_duration(a->val, &u) != 0)
+            return bad(a, errno, "expected a duration such as 600s or 10m");
+        if (u < NS_PER_S || u > 24 * 3600 * NS_PER_S)
+            return bad(a, ERANGE, "must be between 1s and 24h");
+        cfg->timeout_ns = u;
+        return 0;
+    case 11:
+        if (sh_check_parse(a->val, &cfg->check) != 0)
+            return bad(a, EINVAL, "expected meta, content, size or never");
+        return 0;
+    case 12:
+        if (sh_hash_parse(a->val, &cfg->hash) != 0)
+            return bad(a, EINVAL, "expected xxh3 or sha256");
+        return 0;
+    case 13:
+        return parse_path(a, cfg->mpi_env, sizeof(cfg->mpi_env));
+    case 14:
+        if (parse_word(a, fault_names, "fail or drain", &w) != 0)
+            return -1;
+        cfg->on_node_fault = (enum sh_node_fault)w;
+        return 0;
+    case 15:
+        return parse_bool(a, &cfg->submit_check);
+    case 16:
+        return parse_bool(a, &cfg->verbose);
+    case 17:
+        return parse_bool(a, &cfg->allow_shared_dst);
+    default:
+        return bad(a, EINVAL, "internal error: no parser");
+    }
+}
+
+/* Order matches set_key(). */
+static const char *const keys[] = {
+    "allowed_dest", "default_dest", "key_file", "agent", "engine",
+    "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
+    "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
+    "verbose", "allow_shared_dst",
+};
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+/* Checks that involve several keys. */
+static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
+                       size_t errlen)
+{
+    char dir[PATH_MAX];
+    struct arg a = { "default_dest", cfg->default_dest, err, errlen };
+
+    if (cfg->n_allowed_dest == 0) {
+        seterr(err, errlen, "allowed_dest is required (e.g. "
+               "allowed_dest=/nvme): the directories users may stage to");
+        errno = EINVAL;
+        return -1;
+    }
+    if ((unsigned)cfg->port_base + cfg->port_range - 1 > 65535) {
+        seterr(err, errlen, "port_base=%u port_range=%u: ports beyond 65535",
+               cfg->port_base, cfg->port_range);
+        errno = ERANGE;
+        return -1;
+    }
+    if (!seen[1] &&
+        (size_t)snprintf(cfg->default_dest, sizeof(cfg->default_dest),
+                         "%s/stage/%%u", cfg->allowed_dest[0]) >=
+            sizeof(cfg->default_dest)) {
+        seterr(err, errlen, "default_dest: derived path is too long");
+        errno = ERANGE;
+        return -1;
+    }
+    /* Any valid user name must land under an allowed root. */
+    if (sh_config_default_dir(cfg, "user", dir, sizeof(dir)) != 0)
+        return bad(&a, errno == ENAMETOOLONG ? ERANGE : EINVAL,
+                   "not a valid path once %%u is expanded");
+    if (sh_config_allowed_root(cfg, dir) == NULL) {
+        char show[SHOW_MAX];
+
+        return bad(&a, EINVAL, "'%s' is not under allowed_dest",
+                   sh_spec_display(dir, show, sizeof(show)));
+    }
+    return 0;
+}
+
+int sh_config_parse(struct sh_config *cfg, int argc, const char *const *argv,
+                    char *err, size_t errlen)
+{
+    bool seen[N_KEYS] = { false };
+    char show[SHOW_MAX], key[64];
+
+    sh_config_defaults(cfg);
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    for (int i = 0; i < argc; i++) {
+        const char *eq = strchr(argv[i], '=');
+        size_t klen = eq != NULL ? (size_t)(eq - argv[i]) : 0;
+        struct arg a;
+        size_t k;
+
+        if (eq == NULL || klen == 0 || klen >= sizeof(key)) {
+            seterr(err, errlen, "'%s': expected key=value",
+                   sh_spec_display(argv[i], show, sizeof(show)));
+            errno = EINVAL;
+            return -1;
+        }
+        memcpy(key, argv[i], klen);
+        key[klen] = '\0';
+        for (k = 0; k < N_KEYS; k++)
+            if (strcmp(key, keys[k]) == 0)
+                break;
+        if (k == N_KEYS) {
+            seterr(err, errlen, "unknown key '%s' in '%s'",
+                   sh_spec_display(key, show, sizeof(show)),
+                   sh_spec_display(argv[i], show + 160, 160));
+            errno = EINVAL;
+            return -1;
+        }
+        a.key = keys[k];
+        a.val = eq + 1;
+        a.err = err;
+        a.errlen = errlen;
+        if (seen[k])
+            return bad(&a, EINVAL, "%s is given more than once", keys[k]);
+        if (a.val[0] == '\0')
+            return bad(&a, EINVAL, "empty value");
+        seen[k] = true;
+        if (set_key(cfg, &a, (int)k) != 0)
+            return -1;
+    }
+    return check_whole(cfg, seen, err, errlen);
+}
+
+int sh_config_default_dir(const struct sh_config *cfg, const char *user,
+                          char *out, size_t outlen)
+{
+    char buf[PATH_MAX];
+    size_t o = 0;
+
+    if (user == NULL || user[0] == '\0' || strcmp(user, ".") == 0 ||
+        strcmp(user, "..") == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (const unsigned char *u = (const unsigned char *)user; *u; u++) {
+        if (*u == '/' || *u < 0x20 || *u == 0x7f) {
+            errno = EINVAL;
+            return -1;
+        }
+    }
+    for (const char *p = cfg->default_dest; *p != '\0'; p++) {
+        const char *piece = p;
+        size_t len = 1;
+
+        if (p[0] == '%' && p[1] == 'u') {
+            piece = user;
+            len = strlen(user);
+            p++;
+        } else if (p[0] == '%' && p[1] == '%') {
+            p++;
+        }
+        if (o + len >= sizeof(buf)) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(buf + o, piece, len);
+        o += len;
+    }
+    buf[o] = '\0';
+    return sh_spec_path_normalize(buf, out, outlen, NULL, 0);
+}
+
+const char *sh_config_allowed_root(const struct sh_config *cfg,
+                                   const char *dst)
+{
+    for (size_t i = 0; i < cfg->n_allowed_dest; i++)
+        if (sh_spec_path_is_under(dst, cfg->allowed_dest[i]))
+            return cfg->allowed_dest[i];
+    return NULL;
+}
+
+int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
+                         char *err, size_t errlen)
+{
+    char roots[SH_CONFIG_MAX_ROOTS * (SH_CONFIG_ROOT_MAX + 2)];
+    char show[SHOW_MAX];
+    size_t o = 0;
+    const char *why = "";
+
+    if (sh_config_allowed_root(cfg, dst) != NULL)
+        return 0;
+    roots[0] = '\0';
+    for (size_t i = 0; i < cfg->n_allowed_dest && o < sizeof(roots); i++)
+        o += (size_t)snprintf(roots + o, sizeof(roots) - o, "%s%s",
+                              i > 0 ? ", " : "", cfg->allowed_dest[i]);
+    /* case F23: job_container/tmpfs and private-tmp plugins give each job
+     * its own /tmp and /dev/shm; the prolog writes in the host's. */
+    if (strcmp(dst, "/tmp") == 0 || sh_spec_path_is_under(dst, "/tmp") ||
+        strcmp(dst, "/dev/shm") == 0 || sh_spec_path_is_under(dst, "/dev/shm"))
+        why = "; /tmp and /dev/shm can be private to each job, so a file "
+              "staged there before the job starts would not be visible to it";
+    seterr(err, errlen,
+           "destination '%s' is not under a directory this cluster allows "
+           "for staging (%s)%s", sh_spec_display(dst, show, sizeof(show)),
+           roots, why);
+    errno = EACCES;
+    return -1;
+}

@@ -1,0 +1,324 @@
+#include "config.h"
+#include "stagehand/meta.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "stagehand/publish.h"
+
+#define META_MAGIC "stagehand-meta"
+
+struct sh_ts sh_ts_from(const struct timespec *ts)
+{
+    struct sh_ts t = { (int64_t)ts->tv_sec, (uint32_t)ts->tv_nsec };
+
+    return t;
+}
+
+int sh_meta_encode(const struct sh_meta *m, char *buf, size_t len)
+{
+    char hex[SH_HASH_HEX_LEN];
+    const char *algo = sh_hash_name(m->algo);
+    int n;
+
+    if (algo == NULL || strchr(m->src.path, '\n') != NULL ||
+        m->src.path[0] == '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    sh_hash_hex(m->digest, sh_hash_len(m->algo), hex);
+    n = snprintf(buf, len,
+                 META_MAGIC " %u\n"
+                 "src %s\n"
+                 "src_size %" PRIu64 "\n"
+                 "src_mtime %" PRId64 ".%09" PRIu32 "\n"
+                 "src_ctime %" PRId64 ".%09" PRIu32 "\n"
+                 "hash %s %s\n"
+                 "dst_size %" PRIu64 "\n"
+                 "dst_mtime %" PRId64 ".%09" PRIu32 "\n",
+                 (unsigned)SH_META_VERSION, m->src.path, m->src.size,
+                 m->src.mtime.sec, m->src.mtime.nsec,
+                 m->src.ctime.sec, m->src.ctime.nsec,
+                 algo, hex, m->dst_size,
+                 m->dst_mtime.sec, m->dst_mtime.nsec);
+    if (n < 0 || (size_t)n >= len) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    return n;
+}
+
+/* Line reader over a bounded buffer. */
+struct cursor {
+    const char *p;
+    const char *end;
+};
+
+/* Return the next line (without '\n') in @out (@len bytes) after checking it
+ * starts with "@key ", stripping the key. */
+static int next_field(struct cursor *c, const char *key, char *out, size_t len)
+{
+    const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
+    size_t klen = strlen(key);
+    size_t llen;
+
+    if (nl == NULL)
+        return -1;
+    llen = (size_t)(nl - c->p);
+    if (llen <= klen || strncmp(c->p, key, klen) != 0 || c->p[klen] != ' ' ||
+        llen - klen - 1 >= len)
+        return -1;
+    memcpy(out, c->p + klen + 1, llen - klen - 1);
+    out[llen - klen - 1] = '\0';
+    if (memchr(out, '\0', llen - klen - 1) != NULL)
+        return -1;
+    c->p = nl + 1;
+    return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *v)
+{
+    char *end;
+
+    if (s[0] < '0' || s[0] > '9')
+        return -1;
+    errno = 0;
+    *v = strtoull(s, &end, 10);
+    return (errno != 0 || *end != '\0') ? -1 : 0;
+}
+
+static int parse_ts(const char *s, struct sh_ts *t)
+{
+    char *end;
+    long long sec;
+    unsigned long long nsec;
+
+    if (!((s[0] >= '0' && s[0] <= '9') || s[0] == '-'))
+        return -1;
+    errno = 0;
+    sec = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '.' || strlen(end + 1) != 9 ||
+        end[1] < '0' || end[1] > '9')
+        return -1;
+    nsec = strtoull(end + 1, &end, 10);
+    if (errno != 0 || *end != '\0' || nsec > 999999999ULL)
+        return -1;
+    t->sec = (int64_t)sec;
+    t->nsec = (uint32_t)nsec;
+    return 0;
+}
+
+int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m)
+{
+    struct cursor c = { buf, buf + len };
+    char field[PATH_MAX + 64];
+    char *sp;
+    uint64_t version;
+
+    memset(m, 0, sizeof(*m));
+    if (next_field(&c, META_MAGIC, field, sizeof(field)) != 0 ||
+        parse_u64(field, &version) != 0)
+        goto bad;
+    if (version != SH_META_VERSION) {
+        errno = EPROTONOSUPPORT;
+        return -1;
+    }
+    m->version = (uint32_t)version;
+    if (next_field(&c, "src", field, sizeof(field)) != 0 ||
+        strlen(field) >= sizeof(m->src.path) || field[0] != '/')
+        goto bad;
+    strcpy(m->src.path, field);
+    if (next_field(&c, "src_size", field, sizeof(field)) != 0 ||
+        parse_u64(field, &m->src.size) != 0 ||
+        next_field(&c, "src_mtime", field, sizeof(field)) != 0 ||
+        parse_ts(field, &m->src.mtime) != 0 ||
+        next_field(&c, "src_ctime", field, sizeof(field)) != 0 ||
+        parse_ts(field, &m->src.ctime) != 0 ||
+        next_field(&c, "hash", field, sizeof(field)) != 0)
+        goto bad;
+    sp = strchr(field, ' ');
+    if (sp == NULL)
+        goto bad;
+    *sp = '\0';
+    if (sh_hash_parse(field, &m->algo) != 0 ||
+        sh_hash_unhex(sp + 1, m->digest, sh_hash_len(m->algo)) != 0)
+        goto bad;
+    if (next_field(&c, "dst_size", field, sizeof(field)) != 0 ||
+        parse_u64(field, &m->dst_size) != 0 ||
+        next_field(&c, "dst_mtime", field, sizeof(field)) != 0 ||
+        parse_ts(field, &m->dst_mtime) != 0)
+        goto bad;
+    /* Nothing may follow but one optional NUL. */
+    if (c.p != c.end && !(c.end - c.p == 1 && *c.p == '\0'))
+        goto bad;
+    return 0;
+bad:
+    errno = EINVAL;
+    return -1;
+}
+
+int sh_meta_sidecar_name(const char *name, char *out, size_t len)
+{
+    int n = snprintf(out, len, ".%s.stagehand", name);
+
+    if (n < 0 || (size_t)n >= len || n > NAME_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
+int sh_meta_store_fd(int fd, const struct sh_meta *m)
+{
+    char buf[SH_META_MAX_LEN];
+    int n = sh_meta_encode(m, buf, sizeof(buf));
+
+    if (n < 0)
+        return -1;
+    return fsetxattr(fd, SH_META_XATTR, buf, (size_t)n, 0);
+}
+
+int sh_meta_store_sidecar(const struct sh_io_ops *io, int dirfd,
+                          const char *name, const char *jobid,
+                          const char *host, const struct sh_meta *m)
+{
+    char side[NAME_MAX + 1];
+    char buf[SH_META_MAX_LEN];
+    int n;
+
+    if (sh_meta_sidecar_name(name, side, sizeof(side)) != 0)
+        return -1;
+    n = sh_meta_encode(m, buf, sizeof(buf));
+    if (n < 0)
+        return -1;
+    return sh_publish_buffer(io, dirfd, side, jobid, host, buf, (size_t)n, 0644);
+}
+
+int sh_meta_remove_sidecar(int dirfd, const char *name)
+{
+    char side[NAME_MAX + 1];
+
+    if (sh_meta_sidecar_name(name, side, sizeof(side)) != 0)
+        return -1;
+    if (unlinkat(dirfd, side, 0) != 0 && errno != ENOENT)
+        return -1;
+    return 0;
+}
+
+static int load_sidecar(int dirfd, const char *name, struct sh_meta *m)
+{
+    char side[NAME_MAX + 1];
+    char buf[SH_META_MAX_LEN];
+    struct stat st;
+    ssize_t n;
+    int fd;
+
+    if (sh_meta_sidecar_name(name, side, sizeof(side)) != 0)
+        return -1;
+    fd = openat(dirfd, side, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            errno = ENODATA;
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        (st.st_uid != getuid() && st.st_uid != 0)) {
+        close(fd);
+        errno = EINVAL;     /* not a sidecar we wrote */
+        return -1;
+    }
+    n = sh_io_pread_full(NULL, fd, buf, sizeof(buf), 0);
+    sh_io_close_keep_errno(NULL, fd);
+    if (n < 0)
+        return -1;
+    return sh_meta_decode(buf, (size_t)n, m);
+}
+
+int sh_meta_load(int dirfd, const char *name, int dstfd, struct sh_meta *m,
+                 int *from_sidecar)
+{
+    char buf[SH_META_MAX_LEN];
+    ssize_t n;
+
+    if (from_sidecar != NULL)
+        *from_sidecar = 0;
+    n = fgetxattr(dstfd, SH_META_XATTR, buf, sizeof(buf));
+    if (n >= 0)
+        return sh_meta_decode(buf, (size_t)n, m);
+    if (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP)
+        return -1;
+    if (from_sidecar != NULL)
+        *from_sidecar = 1;
+    return load_sidecar(dirfd, name, m);
+}
+
+static int ts_eq(struct sh_ts a, struct sh_ts b)
+{
+    return a.sec == b.sec && a.nsec == b.nsec;
+}
+
+int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
+                       const struct stat *dst, uid_t uid,
+                       const struct sh_meta *rec, const uint8_t *dst_digest,
+                       const char **why)
+{
+    if (check == SH_CHECK_NEVER) {
+        *why = "check=never";
+        return 0;
+    }
+    if (dst == NULL) {
+        *why = "destination missing";
+        return 0;
+    }
+    if (!S_ISREG(dst->st_mode)) {
+        *why = "destination is not a regular file";
+        return 0;
+    }
+    if (dst->st_uid != uid && dst->st_uid != 0) {
+        *why = "destination owned by another user";
+        return 0;
+    }
+    if ((uint64_t)dst->st_size != src->size) {
+        *why = "destination size differs from source";    /* case F07 */
+        return 0;
+    }
+    if (check == SH_CHECK_SIZE) {
+        *why = "same size (check=size)";
+        return 1;
+    }
+    if (rec == NULL) {
+        *why = "no stagehand metadata on destination";
+        return 0;
+    }
+    if (strcmp(rec->src.path, src->path) != 0) {
+        *why = "destination was staged from another source path";
+        return 0;
+    }
+    if (rec->src.size != src->size || !ts_eq(rec->src.mtime, src->mtime) ||
+        !ts_eq(rec->src.ctime, src->ctime)) {
+        *why = "source changed since the destination was staged";
+        return 0;
+    }
+    if (rec->dst_size != (uint64_t)dst->st_size ||
+        !ts_eq(rec->dst_mtime, sh_ts_from(&dst->st_mtim))) {
+        *why = "destination modified after it was staged";
+        return 0;
+    }
+    if (check == SH_CHECK_CONTENT) {
+        if (dst_digest == NULL ||
+            memcmp(dst_digest, rec->digest, sh_hash_len(rec->algo)) != 0) {
+            *why = "destination content does not match its recorded digest";
+            return 0;
+        }
+        *why = "metadata and content match";
+        return 1;
+    }
+    *why = "metadata match";
+    return 1;
+}

@@ -1,0 +1,49 @@
+#include "config.h"
+#include "stagehand/modes.h"
+
+#include <errno.h>
+#include <string.h>
+
+static const char *const check_names[] = { "meta", "content", "size", "never" };
+
+int sh_check_parse(const char *text, enum sh_check *check)
+{
+    for (unsigned i = 0; i < sizeof(check_names) / sizeof(check_names[0]); i++) {
+        if (text != NULL && strcmp(text, check_names[i]) == 0) {
+            *check = (enum sh_check)i;
+            return 0;
+        }
+    }
+    errno = EINVAL;
+    return -1;
+}
+
+const char *sh_check_name(enum sh_check check)
+{
+    unsigned i = (unsigned)check;
+
+    return i < sizeof(check_names) / sizeof(check_names[0]) ? check_names[i] : NULL;
+}
+
+const char *sh_hash_name(enum sh_hash_algo algo)
+{
+    switch (algo) {
+    case SH_HASH_XXH3: return "xxh3";
+    case SH_HASH_SHA256: return "sha256";
+    }
+    return NULL;
+}
+
+int sh_hash_parse(const char *name, enum sh_hash_algo *algo)
+{
+    if (name != NULL && strcmp(name, "xxh3") == 0) {
+        *algo = SH_HASH_XXH3;
+        return 0;
+    }
+    if (name != NULL && strcmp(name, "sha256") == 0) {
+        *algo = SH_HASH_SHA256;
+        return 0;
+    }
+    errno = EINVAL;
+    return -1;
+}

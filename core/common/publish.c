@@ -1,0 +1,406 @@
+#include "config.h"
+#include "stagehand/publish.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const struct sh_io_ops *ops(const struct sh_io_ops *io)
+{
+    return io != NULL ? io : sh_io_default();
+}
+
+/* Copy @src into @dst (@len bytes), mapping characters that would break the
+ * dot-separated temp name. Returns 0 or -1 (ENAMETOOLONG / EINVAL). */
+static int sanitize(char *dst, size_t len, const char *src, int map_dot)
+{
+    size_t n = strlen(src);
+
+    if (n == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (n >= len) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (size_t i = 0; i <= n; i++) {
+        char c = src[i];
+
+        dst[i] = (c == '/' || (map_dot && c == '.')) ? '_' : c;
+    }
+    return 0;
+}
+
+int sh_publish_tmpname(const char *name, const char *jobid, const char *host,
+                       pid_t pid, char *out, size_t len)
+{
+    char job[NAME_MAX + 1];
+    char hst[NAME_MAX + 1];
+    int n;
+
+    if (name == NULL || name[0] == '\0' || jobid == NULL || host == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (sanitize(job, sizeof(job), jobid, 1) != 0 ||
+        sanitize(hst, sizeof(hst), host, 0) != 0)
+        return -1;
+    n = snprintf(out, len, ".%s.stage.%s.%s.%ld.tmp", name, job, hst, (long)pid);
+    if (n < 0 || (size_t)n >= len || n > NAME_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
+int sh_publish_lockname(const char *name, char *out, size_t len)
+{
+    int n = snprintf(out, len, ".%s.lock", name);
+
+    if (n < 0 || (size_t)n >= len || n > NAME_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
+/* mkdir -p of the directory part of @path (absolute, ends before basename). */
+static int make_parents(char *dir)
+{
+    for (char *p = dir + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char saved = *p;
+
+            *p = '\0';
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+                *p = saved;
+                return -1;
+            }
+            *p = saved;
+            if (saved == '\0')
+                break;
+        }
+    }
+    return 0;
+}
+
+int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
+                        char *name, size_t namelen)
+{
+    char dir[PATH_MAX];
+    const char *slash;
+    size_t dlen;
+    int fd;
+
+    if (dst == NULL || dst[0] != '/') {
+        errno = EINVAL;
+        return -1;
+    }
+    if (strlen(dst) >= sizeof(dir)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    slash = strrchr(dst, '/');
+    if (slash[1] == '\0' || strcmp(slash + 1, ".") == 0 ||
+        strcmp(slash + 1, "..") == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (strlen(slash + 1) >= namelen || strlen(slash + 1) > NAME_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    dlen = (size_t)(slash - dst);
+    if (dlen == 0) {
+        strcpy(dir, "/");
+    } else {
+        memcpy(dir, dst, dlen);
+        dir[dlen] = '\0';
+    }
+    if (create_parents && dlen > 0 && make_parents(dir) != 0)
+        return -1;
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    strcpy(name, slash + 1);
+    *dirfd = fd;
+    return 0;
+}
+
+static void reset(struct sh_publish *p)
+{
+    p->fd = -1;
+    p->tmp_live = 0;
+}
+
+int sh_publish_begin(struct sh_publish *p, const struct sh_io_ops *io,
+                     int dirfd, const char *name, const char *jobid,
+                     const char *host, uint64_t size, mode_t mode)
+{
+    memset(p, 0, sizeof(*p));
+    reset(p);
+    p->io = ops(io);
+    p->dirfd = dirfd;
+    p->size = size;
+    if (strlen(name) > NAME_MAX) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(p->name, name);
+    if (sh_publish_tmpname(name, jobid, host, getpid(), p->tmpname,
+                           sizeof(p->tmpname)) != 0)
+        return -1;
+    if (size > (uint64_t)INT64_MAX) {
+        errno = EFBIG;
+        return -1;
+    }
+    /* Mark before creating: a signal between open and the flag must still
+     * unlink; unlinking a name that does not exist yet is harmless. */
+    p->tmp_live = 1;
+    p->fd = p->io->openat(dirfd, p->tmpname,
+                          O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                          mode);
+    if (p->fd < 0) {
+        /* EEXIST: the name belongs to someone else; never unlink it. */
+        p->tmp_live = 0;
+        return -1;
+    }
+    /* Plain fallocate, never posix_fallocate: glibc's fallback writes every
+     * block, which is slow and hides EOPNOTSUPP (case F14). */
+    if (size > 0 && p->io->fallocate(p->fd, 0, 0, (off_t)size) != 0) {
+        if (errno != EOPNOTSUPP && errno != ENOSYS) {
+            sh_publish_abort(p);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int sh_publish_write(struct sh_publish *p, const void *buf, size_t len,
+                     uint64_t off)
+{
+    if (p->fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    if (sh_io_pwrite_full(p->io, p->fd, buf, len, off) != 0) {
+        sh_publish_abort(p);
+        return -1;
+    }
+    return 0;
+}
+
+int sh_publish_sync(struct sh_publish *p)
+{
+    if (p->fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    if (sh_io_fsync(p->io, p->fd) != 0) {
+        sh_publish_abort(p);
+        return -1;
+    }
+    return 0;
+}
+
+int sh_publish_commit(struct sh_publish *p)
+{
+    if (p->fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
+    if (p->io->renameat(p->dirfd, p->tmpname, p->dirfd, p->name) != 0) {
+        sh_publish_abort(p);
+        return -1;
+    }
+    p->tmp_live = 0;
+    if (sh_io_close_keep_errno(p->io, p->fd) != 0) {
+        p->fd = -1;
+        return -1;
+    }
+    p->fd = -1;
+    /* The rename is durable only once the directory is (fsync(2) NOTES). */
+    return sh_io_fsync(p->io, p->dirfd);
+}
+
+void sh_publish_abort(struct sh_publish *p)
+{
+    int saved = errno;
+
+    if (p->fd >= 0) {
+        p->io->close(p->fd);
+        p->fd = -1;
+    }
+    if (p->tmp_live) {
+        p->io->unlinkat(p->dirfd, p->tmpname, 0);
+        p->tmp_live = 0;
+    }
+    errno = saved;
+}
+
+void sh_publish_signal_cleanup(struct sh_publish *p)
+{
+    if (p->tmp_live) {
+        unlinkat(p->dirfd, p->tmpname, 0);
+        p->tmp_live = 0;
+    }
+}
+
+int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
+                      const char *jobid, const char *host, const void *buf,
+                      size_t len, mode_t mode)
+{
+    struct sh_publish p;
+
+    if (sh_publish_begin(&p, io, dirfd, name, jobid, host, len, mode) != 0)
+        return -1;
+    if (sh_publish_write(&p, buf, len, 0) != 0 || sh_publish_sync(&p) != 0)
+        return -1;
+    return sh_publish_commit(&p);
+}
+
+/* Does @d_name look like ".<name>.stage.<job>.<host>.<pid>.tmp"? Stores the
+ * host field into @host (@len bytes). */
+static int parse_tmp(const char *d_name, const char *name, char *host,
+                     size_t len)
+{
+    size_t nlen = strlen(name);
+    size_t dlen = strlen(d_name);
+    const char *mid, *end, *first, *last;
+    size_t hlen;
+
+    if (dlen < nlen + 8 || d_name[0] != '.' ||
+        strncmp(d_name + 1, name, nlen) != 0 ||
+        strncmp(d_name + 1 + nlen, ".stage.", 7) != 0)
+        return 0;
+    mid = d_name + 1 + nlen + 7;
+    if (dlen < 4 || strcmp(d_name + dlen - 4, ".tmp") != 0)
+        return 0;
+    end = d_name + dlen - 4;            /* points at ".tmp" */
+    if (end <= mid)
+        return 0;
+    first = memchr(mid, '.', (size_t)(end - mid));
+    last = end - 1;
+    while (last > mid && *last != '.')
+        last--;
+    if (first == NULL || last <= first)
+        return 0;
+    for (const char *c = last + 1; c < end; c++) {
+        if (*c < '0' || *c > '9')
+            return 0;
+    }
+    if (last + 1 == end)
+        return 0;
+    hlen = (size_t)(last - first - 1);
+    if (hlen == 0 || hlen >= len)
+        return 0;
+    memcpy(host, first + 1, hlen);
+    host[hlen] = '\0';
+    return 1;
+}
+
+int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
+                     const char *host, uint64_t max_age_s, unsigned *removed)
+{
+    char myhost[NAME_MAX + 1];
+    char thost[NAME_MAX + 1];
+    unsigned count = 0;
+    struct dirent *de;
+    DIR *dir;
+    int fd;
+    time_t now = time(NULL);
+
+    if (removed != NULL)
+        *removed = 0;
+    if (sanitize(myhost, sizeof(myhost), host, 0) != 0)
+        return -1;
+    fd = dup(dirfd);
+    if (fd < 0)
+        return -1;
+    dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return -1;
+    }
+    rewinddir(dir);
+    errno = 0;
+    while ((de = readdir(dir)) != NULL) {
+        struct stat st;
+        int stale;
+
+        if (!parse_tmp(de->d_name, name, thost, sizeof(thost)))
+            continue;
+        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        stale = strcmp(thost, myhost) == 0 ||
+                (now > st.st_mtime && (uint64_t)(now - st.st_mtime) > max_age_s);
+        if (stale && ops(io)->unlinkat(dirfd, de->d_name, 0) == 0)
+            count++;
+        errno = 0;
+    }
+    if (errno != 0) {
+        int saved = errno;
+
+        closedir(dir);
+        errno = saved;
+        return -1;
+    }
+    closedir(dir);
+    if (removed != NULL)
+        *removed = count;
+    return 0;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
+                    int *lockfd)
+{
+    char lname[NAME_MAX + 1];
+    uint64_t deadline = now_ns() + timeout_ns;
+    int fd;
+
+    if (sh_publish_lockname(name, lname, sizeof(lname)) != 0)
+        return -1;
+    fd = openat(dirfd, lname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    for (;;) {
+        struct timespec nap = { 0, 20 * 1000 * 1000 };
+
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            *lockfd = fd;
+            return 0;
+        }
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            sh_io_close_keep_errno(NULL, fd);
+            return -1;
+        }
+        if (now_ns() >= deadline) {
+            close(fd);
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+void sh_publish_unlock(int lockfd)
+{
+    if (lockfd >= 0)
+        close(lockfd);
+}

@@ -1,0 +1,346 @@
+/* Node-local side of a run: lock, pre-check, verify and publish of DST
+ * (DESIGN.md §4). Runs on each node's writer rank. */
+#include "config.h"
+#include "dest.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "guard.h"
+#include "stagehand/log.h"
+#include "stagehand/size.h"
+#include "xfer.h"
+
+#define TMPFS_MAGIC_NR 0x01021994
+#define STALE_TEMP_AGE_S (24u * 3600u)
+
+void sh_vote_error(struct sh_node_vote *v, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    v->vote = SH_VOTE_ERROR;
+    v->err = err;
+    va_start(ap, fmt);
+    vsnprintf(v->reason, sizeof(v->reason), fmt, ap);
+    va_end(ap);
+}
+
+/* Open (creating parents) DST's directory and take the per-DST lock, all
+ * writers together (case F03). A lock is tried without waiting; if any node
+ * found its lock busy (another run stages this DST there), every node
+ * releases its lock, backs off a random 20-200 ms and tries again, so two
+ * runs never hold half of each other's locks. Bounded by half the deadline. */
+void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
+                      struct sh_node_vote *v, MPI_Comm leaders)
+{
+    uint64_t bound = sh_now_ns() + o->timeout_ns / 2;
+    unsigned seed = (unsigned)getpid() ^ (unsigned)sh_now_ns();
+
+    d->dirfd = d->lockfd = -1;
+    d->have_temp = 0;
+    if (sh_publish_open_dir(o->dest, 1, &d->dirfd, d->name, sizeof(d->name)) != 0)
+        sh_vote_error(v, errno, "cannot create or open the directory of %s: %s",
+                      o->dest, strerror(errno));
+    for (;;) {
+        int busy = 0, any_busy = 0, rc;
+        MPI_Request req;
+
+        if (v->vote != SH_VOTE_ERROR &&
+            sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0) {
+            if (errno == ETIMEDOUT)
+                busy = 1;
+            else
+                sh_vote_error(v, errno, "cannot open the lock file next to %s: %s",
+                              o->dest, strerror(errno));
+        }
+        rc = MPI_Iallreduce(&busy, &any_busy, 1, MPI_INT, MPI_MAX, leaders, &req);
+        if (rc != MPI_SUCCESS)
+            sh_guard_mpi_fatal("pre-check", "MPI_Iallreduce", rc);
+        sh_guard_wait(&req, "pre-check", "MPI_Iallreduce");
+        if (!any_busy)
+            return;
+        sh_publish_unlock(d->lockfd);
+        d->lockfd = -1;
+        if (sh_now_ns() >= bound) {
+            char lname[NAME_MAX + 1] = "";
+
+            sh_publish_lockname(d->name, lname, sizeof(lname));
+            if (busy)
+                sh_vote_error(v, ETIMEDOUT, "%s is being staged by another run: "
+                              "lock %s still busy after %.0fs", o->dest, lname,
+                              (double)o->timeout_ns / 2e9);
+            else if (v->vote != SH_VOTE_ERROR)
+                v->vote = SH_VOTE_COPY;     /* not checked: the run aborts */
+            return;
+        }
+        {
+            struct timespec ts = { 0, (long)(20 + rand_r(&seed) % 180) * 1000000L };
+
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* With the lock held: decide whether this node's copy is current; if not,
+ * prepare the temp file. Keeps the lock when a copy is needed. */
+void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src,
+                      const struct sh_sched *sched, struct sh_dest *d,
+                      struct sh_node_vote *v)
+{
+    struct sh_meta rec;
+    struct stat st;
+    struct statvfs vfs;
+    struct statfs sfs;
+    const char *why = "";
+    int have_rec = 0, sidecar = 0, have_dst;
+    uint8_t digest[SH_HASH_MAX_LEN];
+    const uint8_t *dig = NULL;
+    unsigned swept = 0;
+    int dfd = -1;
+
+    if (v->vote == SH_VOTE_ERROR || d->lockfd < 0)
+        return;
+    /* case F06: temp files of killed runs of this node */
+    if (sh_publish_sweep(NULL, d->dirfd, d->name, sh_guard_host, STALE_TEMP_AGE_S,
+                         &swept) == 0 && swept > 0)
+        sh_info("pre-check", "removed %u stale temp file(s) of %s", swept,
+                o->dest);
+    {
+        char side[NAME_MAX + 1];
+
+        if (sh_meta_sidecar_name(d->name, side, sizeof(side)) == 0)
+            sh_publish_sweep(NULL, d->dirfd, side, sh_guard_host, STALE_TEMP_AGE_S,
+                             NULL);
+    }
+
+    have_dst = fstatat(d->dirfd, d->name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (!have_dst && errno != ENOENT) {
+        sh_vote_error(v, errno, "cannot stat %s: %s", o->dest, strerror(errno));
+        return;
+    }
+    if (have_dst && S_ISREG(st.st_mode) && o->check != SH_CHECK_NEVER) {
+        dfd = openat(d->dirfd, d->name,
+                     O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (dfd >= 0 && o->check != SH_CHECK_SIZE &&
+            sh_meta_load(d->dirfd, d->name, dfd, &rec, &sidecar) == 0)
+            have_rec = 1;
+        if (dfd >= 0 && have_rec && o->check == SH_CHECK_CONTENT &&
+            (uint64_t)st.st_size == src->size &&
+            sh_hash_fd(NULL, dfd, src->size, rec.algo, 8u << 20, digest) > 0)
+            dig = digest;
+    }
+    if (sh_meta_is_current(o->check, src, have_dst ? &st : NULL, geteuid(),
+                           have_rec ? &rec : NULL, dig, &why)) {
+        if (dfd >= 0)
+            close(dfd);
+        v->vote = SH_VOTE_CURRENT;
+        sh_msgf(v->reason, sizeof(v->reason), "%s", why);
+        if (have_rec) {
+            v->algo = (uint32_t)rec.algo;
+            v->digest_len = (int32_t)sh_hash_len(rec.algo);
+            memcpy(v->digest, rec.digest, sizeof(v->digest));
+        }
+        sh_info("pre-check", "%s is current (%s%s)", o->dest, why,
+                sidecar ? ", metadata from sidecar" : "");
+        sh_publish_unlock(d->lockfd);
+        d->lockfd = -1;
+        return;
+    }
+    if (dfd >= 0)
+        close(dfd);
+    sh_info("pre-check", "%s needs a copy: %s", o->dest, why);
+
+    /* case F15: free space before any data moves */
+    if (fstatvfs(d->dirfd, &vfs) == 0) {
+        v->free_bytes = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+        if (v->free_bytes < sched->size) {
+            char need[32], have[32];
+
+            sh_vote_error(v, ENOSPC, "not enough space for %s: needed %s "
+                          "(%llu bytes), free %s (%llu bytes)", o->dest,
+                          sh_format_size(sched->size, need, sizeof(need)),
+                          (unsigned long long)sched->size,
+                          sh_format_size(v->free_bytes, have, sizeof(have)),
+                          (unsigned long long)v->free_bytes);
+            return;
+        }
+    }
+    if (fstatfs(d->dirfd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC_NR)
+        sh_info("pre-check", "%s is on tmpfs: the copy uses memory", o->dest);
+    if (sh_publish_begin(&sh_guard_pub, NULL, d->dirfd, d->name, sh_guard_jobid,
+                         sh_guard_host, sched->size, 0644) != 0) {
+        char need[32];
+
+        if (errno == ENOSPC || errno == EDQUOT)   /* case F14 */
+            sh_vote_error(v, errno, "%s is full: cannot preallocate %s: %s",
+                          o->dest, sh_format_size(sched->size, need, sizeof(need)),
+                          strerror(errno));
+        else
+            sh_vote_error(v, errno, "cannot create a temp file next to %s: %s",
+                          o->dest, strerror(errno));
+        return;
+    }
+    d->have_temp = 1;
+    v->vote = SH_VOTE_COPY;
+    sh_msgf(v->reason, sizeof(v->reason), "%s", why);
+}
+
+void sh_dest_release(struct sh_dest *d)
+{
+    if (d->have_temp)
+        sh_publish_abort(&sh_guard_pub);
+    d->have_temp = 0;
+    sh_publish_unlock(d->lockfd);
+    d->lockfd = -1;
+    if (d->dirfd >= 0)
+        close(d->dirfd);
+    d->dirfd = -1;
+}
+
+/* ---- verify + publish (every receiving writer) ------------------------ */
+
+void sh_node_fail(struct sh_node_result *r, const char *phase, int err,
+                  int exit_class, const char *fmt, ...)
+{
+    va_list ap;
+
+    r->status = SH_NODE_FAILED;
+    r->err = err;
+    r->exit_class = exit_class;
+    sh_msgf(r->phase, sizeof(r->phase), "%s", phase);
+    va_start(ap, fmt);
+    vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+    va_end(ap);
+    sh_error(phase, "%s", r->reason);
+}
+
+const char *sh_src_status_text(uint32_t status)
+{
+    switch (status) {
+    case SH_SEG_READ_ERROR: return "read error";
+    case SH_SEG_SHORT_SOURCE: return "source shorter than announced";
+    case SH_SRC_CHANGED: return "source changed while it was copied";
+    }
+    return "error";
+}
+
+int sh_dest_verify(const struct sh_bcast_opts *o, const struct sh_sched *s,
+                   const struct sh_ref_msg *ref, const struct sh_xfer_result *x,
+                   struct sh_node_result *r)
+{
+    struct stat st;
+
+    if (ref->status != SH_SEG_OK) {
+        sh_node_fail(r, "transfer", (int)ref->err, SH_EXIT_SOURCE,
+                     "source %s: %s at segment %llu%s%s", o->source,
+                     sh_src_status_text(ref->status), (unsigned long long)ref->seg,
+                     ref->err != 0 ? ": " : "",
+                     ref->err != 0 ? strerror((int)ref->err) : "");
+        return -1;
+    }
+    if (x->write_err != 0) {
+        sh_node_fail(r, "transfer", x->write_err, SH_EXIT_DEST,
+                     "writing the temp file of %s failed: %s", o->dest,
+                     strerror(x->write_err));
+        return -1;
+    }
+    if (x->digest_len != ref->digest_len ||
+        memcmp(x->digest, ref->digest, (size_t)ref->digest_len) != 0) {
+        sh_node_fail(r, "verify", EIO, SH_EXIT_DEST,
+                     "%s digest of the received data differs from the reader's",
+                     sh_hash_name(o->hash));
+        return -1;
+    }
+    if (sh_publish_sync(&sh_guard_pub) != 0) {     /* case F07 */
+        sh_node_fail(r, "verify", errno, SH_EXIT_DEST, "fsync of the temp file of "
+                     "%s failed: %s", o->dest, strerror(errno));
+        return -1;
+    }
+    /* case F05: size always */
+    if (fstat(sh_guard_pub.fd, &st) != 0 || (uint64_t)st.st_size != s->size) {
+        sh_node_fail(r, "verify", EIO, SH_EXIT_DEST, "temp file of %s has %lld "
+                     "bytes, expected %llu", o->dest, (long long)st.st_size,
+                     (unsigned long long)s->size);
+        return -1;
+    }
+    if (o->verify == SH_VERIFY_READBACK) {
+        uint8_t dig[SH_HASH_MAX_LEN];
+
+        /* drop the cached pages so the read-back comes from the device */
+        posix_fadvise(sh_guard_pub.fd, 0, 0, POSIX_FADV_DONTNEED);
+        if (sh_hash_fd(NULL, sh_guard_pub.fd, s->size, o->hash, 8u << 20, dig) !=
+                ref->digest_len ||
+            memcmp(dig, ref->digest, (size_t)ref->digest_len) != 0) {
+            sh_node_fail(r, "verify", EIO, SH_EXIT_DEST, "read-back of the temp "
+                         "file of %s does not match the source digest", o->dest);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int sh_dest_publish(const struct sh_bcast_opts *o, const struct sh_src_id *src,
+                    const struct sh_ref_msg *ref, struct sh_dest *d,
+                    struct sh_node_result *r, int force_sidecar)
+{
+    struct sh_meta m;
+    struct stat st;
+    int use_sidecar = force_sidecar;
+
+    memset(&m, 0, sizeof(m));
+    m.version = SH_META_VERSION;
+    m.src = *src;
+    m.algo = o->hash;
+    memcpy(m.digest, ref->digest, sizeof(m.digest));
+    if (fstat(sh_guard_pub.fd, &st) != 0) {
+        sh_node_fail(r, "publish", errno, SH_EXIT_DEST, "fstat of the temp file "
+                     "of %s: %s", o->dest, strerror(errno));
+        sh_publish_abort(&sh_guard_pub);
+        return -1;
+    }
+    m.dst_size = (uint64_t)st.st_size;
+    m.dst_mtime = sh_ts_from(&st.st_mtim);
+    /* the record goes on the temp file, so DST appears with it */
+    if (!use_sidecar && sh_meta_store_fd(sh_guard_pub.fd, &m) != 0) {
+        if (errno == ENOTSUP || errno == EOPNOTSUPP) {
+            sh_info("publish", "no user xattrs on the filesystem of %s: "
+                    "metadata goes to a sidecar file", o->dest);
+            use_sidecar = 1;
+        } else {
+            sh_warn("publish", "cannot record metadata on %s (%s): the next "
+                    "run will copy it again", o->dest, strerror(errno));
+        }
+    }
+    if (!use_sidecar && sh_publish_sync(&sh_guard_pub) != 0) {
+        sh_node_fail(r, "publish", errno, SH_EXIT_DEST, "fsync of the temp file "
+                     "of %s failed: %s", o->dest, strerror(errno));
+        return -1;
+    }
+    if (sh_publish_commit(&sh_guard_pub) != 0) {
+        sh_node_fail(r, "publish", errno, SH_EXIT_DEST, "cannot rename the temp "
+                     "file to %s: %s", o->dest, strerror(errno));
+        return -1;
+    }
+    d->have_temp = 0;
+    if (use_sidecar) {
+        if (sh_meta_store_sidecar(NULL, d->dirfd, d->name, sh_guard_jobid, sh_guard_host,
+                                  &m) != 0)
+            sh_warn("publish", "cannot write the metadata sidecar of %s (%s): "
+                    "the next run will copy it again", o->dest, strerror(errno));
+        r->meta_sidecar = 1;
+    } else if (sh_meta_remove_sidecar(d->dirfd, d->name) != 0) {
+        sh_warn("publish", "cannot remove the stale metadata sidecar of %s: %s",
+                o->dest, strerror(errno));
+    }
+    return 0;
+}
+

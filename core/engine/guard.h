@@ -1,0 +1,51 @@
+/* Process-wide safety nets of stagehand-bcast.
+ *
+ * Open MPI 4.1 cannot survive a dead rank, so cleanup never depends on MPI:
+ * a SIGTERM/SIGINT/SIGHUP handler and a watchdog thread unlink the temp file
+ * (case F06), and every MPI wait polls so the deadline (--timeout) always
+ * fires (cases F21, F22). Only the main thread calls MPI. */
+#ifndef STAGEHAND_ENGINE_GUARD_H
+#define STAGEHAND_ENGINE_GUARD_H
+
+#include <mpi.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include "stagehand/publish.h"
+
+/* The temp file of this rank's DST; the handlers unlink it while
+ * sh_guard_pub.tmp_live is set. */
+extern struct sh_publish sh_guard_pub;
+extern volatile sig_atomic_t sh_guard_done;    /* set before MPI_Finalize */
+extern uint64_t sh_guard_deadline_ns;          /* CLOCK_MONOTONIC, absolute */
+extern char sh_guard_host[64];                 /* short host name */
+extern char sh_guard_jobid[64];                /* SLURM_JOB_ID or "nojob" */
+
+/* Install the signal handlers (unlink temp, re-raise) and an atexit hook
+ * that unlinks a live temp file. */
+void sh_guard_install_signals(void);
+/* Start the detached watchdog: at deadline + 10 s, if the main thread has
+ * not ended the run itself, unlink the temp file and _exit(SH_EXIT_TIMEOUT). */
+void sh_guard_start_watchdog(void);
+
+/* Unlink the temp file, log, MPI_Abort with SH_EXIT_TIMEOUT. No return. */
+void sh_guard_deadline_abort(const char *phase, const char *detail)
+    __attribute__((noreturn));
+/* Unlink the temp file, log "@what failed: <MPI error of @rc>", MPI_Abort
+ * with SH_EXIT_INTERNAL. @rc may be MPI_SUCCESS for non-MPI failures. */
+void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)
+    __attribute__((noreturn));
+
+/* Complete @req by polling MPI_Test; aborts on error or deadline. */
+void sh_guard_wait(MPI_Request *req, const char *phase, const char *what);
+/* MPI_Ibcast + sh_guard_wait. */
+void sh_guard_bcast(void *buf, int count, MPI_Datatype type, int root,
+                    MPI_Comm comm, const char *phase);
+/* MPI_Igather of @bytes bytes per rank to rank 0 + sh_guard_wait. */
+void sh_guard_gather(const void *send, int bytes, void *recv, MPI_Comm comm,
+                     const char *phase);
+
+/* Seconds between two sh_now_ns() stamps. */
+double sh_secs(uint64_t from, uint64_t to);
+
+#endif

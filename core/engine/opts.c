@@ -1,0 +1,236 @@
+#include "config.h"
+#include "opts.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stagehand/sched.h"
+#include "stagehand/size.h"
+
+enum {
+    OPT_CHECK = 256, OPT_VERIFY, OPT_HASH, OPT_SEGMENT, OPT_DEPTH,
+    OPT_ALGORITHM, OPT_TIMEOUT, OPT_PROGRESS, OPT_JSON, OPT_SOURCE_RANK,
+};
+
+static const struct option long_opts[] = {
+    { "source", required_argument, NULL, 's' },
+    { "dest", required_argument, NULL, 'd' },
+    { "check", required_argument, NULL, OPT_CHECK },
+    { "verify", required_argument, NULL, OPT_VERIFY },
+    { "hash", required_argument, NULL, OPT_HASH },
+    { "segment-size", required_argument, NULL, OPT_SEGMENT },
+    { "pipeline-depth", required_argument, NULL, OPT_DEPTH },
+    { "algorithm", required_argument, NULL, OPT_ALGORITHM },
+    { "timeout", required_argument, NULL, OPT_TIMEOUT },
+    { "source-rank", required_argument, NULL, OPT_SOURCE_RANK },
+    { "progress", no_argument, NULL, OPT_PROGRESS },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "verbose", no_argument, NULL, 'v' },
+    { "help", no_argument, NULL, 'h' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+};
+
+const char *sh_algorithm_name(enum sh_algorithm a)
+{
+    return a == SH_ALG_BCAST ? "bcast" : "chain";
+}
+
+const char *sh_verify_name(enum sh_verify v)
+{
+    return v == SH_VERIFY_READBACK ? "readback" : "transfer";
+}
+
+void sh_bcast_usage(FILE *out)
+{
+    fputs(
+"Usage: srun --mpi=pmix -N<nodes> --ntasks-per-node=1 stagehand-bcast \\\n"
+"           --source SRC --dest DST [options]\n"
+"\n"
+"Copy SRC (read once, by one rank) to DST on the local storage of every node\n"
+"of the MPI job, with a pipelined broadcast and a verified atomic publish.\n"
+"\n"
+"  -s, --source=PATH        absolute path of the file to stage (read by one rank)\n"
+"  -d, --dest=PATH          absolute node-local destination path\n"
+"      --check=MODE         skip nodes whose copy is current: meta (default:\n"
+"                           metadata recorded after a verified publish),\n"
+"                           content (meta + re-hash DST), size (same size only;\n"
+"                           UNSAFE, for compatibility), never (always copy)\n"
+"      --verify=MODE        transfer (default: end-to-end hash of the stream)\n"
+"                           or readback (also re-read DST before publishing)\n"
+"      --hash=ALGO          xxh3 (default, XXH3-128) or sha256\n"
+"      --segment-size=SIZE  bytes per pipeline segment, K/M/G units, <= 1G\n"
+"                           (default 8M)\n"
+"      --pipeline-depth=N   buffers in flight per rank, 1..64 (default 4)\n"
+"      --algorithm=ALG      chain (default: pipelined point-to-point ring) or\n"
+"                           bcast (one MPI_Ibcast per segment, for comparison)\n"
+"      --timeout=DURATION   overall deadline, e.g. 600, 90s, 10m (default 600s);\n"
+"                           on expiry temp files are removed and the job aborts\n"
+"      --source-rank=N      MPI rank that reads SRC (default 0)\n"
+"      --progress           show progress on stderr (a bar on a terminal)\n"
+"      --json               print a machine-readable summary on stdout\n"
+"  -v, --verbose            more log output (repeat for debug)\n"
+"  -h, --help               this text\n"
+"  -V, --version            print the version\n"
+"\n"
+"Exit status: 0 success (also when every copy was already current),\n"
+"1 internal or MPI error, 2 usage error, 3 source error (missing, unreadable,\n"
+"not a regular file, changed or failed while read), 4 destination error on at\n"
+"least one node (no space, I/O error, lock wait, verification failure),\n"
+"5 deadline (--timeout) reached.\n", out);
+}
+
+static enum sh_opts_result fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum sh_opts_result fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return SH_OPTS_ERROR;
+}
+
+static int parse_uint(const char *text, unsigned long max, unsigned long *out)
+{
+    char *end;
+    unsigned long v;
+
+    if (text[0] < '0' || text[0] > '9')
+        return -1;
+    errno = 0;
+    v = strtoul(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int copy_path(char *dst, const char *src)
+{
+    if (src[0] != '/' || strlen(src) >= PATH_MAX || strchr(src, '\n') != NULL)
+        return -1;
+    strcpy(dst, src);
+    return 0;
+}
+
+enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
+                                        struct sh_bcast_opts *o,
+                                        char *err, size_t errlen)
+{
+    unsigned long v;
+    int c;
+
+    memset(o, 0, sizeof(*o));
+    o->check = SH_CHECK_META;
+    o->verify = SH_VERIFY_TRANSFER;
+    o->hash = SH_HASH_XXH3;
+    o->segment = SH_BCAST_DEFAULT_SEGMENT;
+    o->depth = SH_BCAST_DEFAULT_DEPTH;
+    o->algorithm = SH_ALG_CHAIN;
+    o->timeout_ns = SH_BCAST_DEFAULT_TIMEOUT_NS;
+    o->source_rank = 0;
+    err[0] = '\0';
+
+    optind = 0;         /* glibc: full re-initialisation */
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":s:d:vhV", long_opts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (copy_path(o->source, optarg) != 0)
+                return fail(err, errlen, "--source=%s: must be an absolute path "
+                            "(shorter than %d bytes, no newline)", optarg, PATH_MAX);
+            break;
+        case 'd':
+            if (copy_path(o->dest, optarg) != 0)
+                return fail(err, errlen, "--dest=%s: must be an absolute path "
+                            "(shorter than %d bytes, no newline)", optarg, PATH_MAX);
+            break;
+        case OPT_CHECK:
+            if (sh_check_parse(optarg, &o->check) != 0)
+                return fail(err, errlen, "--check=%s: expected meta, content, "
+                            "size or never", optarg);
+            break;
+        case OPT_VERIFY:
+            if (strcmp(optarg, "transfer") == 0)
+                o->verify = SH_VERIFY_TRANSFER;
+            else if (strcmp(optarg, "readback") == 0)
+                o->verify = SH_VERIFY_READBACK;
+            else
+                return fail(err, errlen, "--verify=%s: expected transfer or "
+                            "readback", optarg);
+            break;
+        case OPT_HASH:
+            if (sh_hash_parse(optarg, &o->hash) != 0)
+                return fail(err, errlen, "--hash=%s: expected xxh3 or sha256",
+                            optarg);
+            break;
+        case OPT_SEGMENT:
+            /* case F09: validated here, never clamped silently */
+            if (sh_parse_size(optarg, &o->segment) != 0 || o->segment == 0 ||
+                o->segment > SH_SEGMENT_MAX)
+                return fail(err, errlen, "--segment-size=%s: expected a size "
+                            "from 1 byte to 1G (units K, M, G)", optarg);
+            break;
+        case OPT_DEPTH:
+            if (parse_uint(optarg, SH_BCAST_MAX_DEPTH, &v) != 0 || v == 0)
+                return fail(err, errlen, "--pipeline-depth=%s: expected an "
+                            "integer from 1 to %u", optarg, SH_BCAST_MAX_DEPTH);
+            o->depth = (unsigned)v;
+            break;
+        case OPT_ALGORITHM:
+            if (strcmp(optarg, "chain") == 0)
+                o->algorithm = SH_ALG_CHAIN;
+            else if (strcmp(optarg, "bcast") == 0)
+                o->algorithm = SH_ALG_BCAST;
+            else
+                return fail(err, errlen, "--algorithm=%s: expected chain or "
+                            "bcast", optarg);
+            break;
+        case OPT_TIMEOUT:
+            if (sh_parse_duration(optarg, &o->timeout_ns) != 0 ||
+                o->timeout_ns == 0)
+                return fail(err, errlen, "--timeout=%s: expected a positive "
+                            "duration (e.g. 600, 90s, 10m, 1h)", optarg);
+            break;
+        case OPT_SOURCE_RANK:
+            if (parse_uint(optarg, (unsigned long)INT_MAX, &v) != 0)
+                return fail(err, errlen, "--source-rank=%s: expected a "
+                            "non-negative integer", optarg);
+            o->source_rank = (int)v;
+            break;
+        case OPT_PROGRESS:
+            o->progress = 1;
+            break;
+        case OPT_JSON:
+            o->json = 1;
+            break;
+        case 'v':
+            o->verbose++;
+            break;
+        case 'h':
+            return SH_OPTS_HELP;
+        case 'V':
+            return SH_OPTS_VERSION;
+        case ':':
+            return fail(err, errlen, "%s: missing value", argv[optind - 1]);
+        default:
+            return fail(err, errlen, "%s: unknown option", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return fail(err, errlen, "%s: unexpected argument", argv[optind]);
+    if (o->source[0] == '\0')
+        return fail(err, errlen, "--source is required");
+    if (o->dest[0] == '\0')
+        return fail(err, errlen, "--dest is required");
+    if (o->dest[strlen(o->dest) - 1] == '/')
+        return fail(err, errlen, "--dest=%s: must name a file, not a directory",
+                    o->dest);
+    return SH_OPTS_RUN;
+}

@@ -1,0 +1,58 @@
+/* Command line of stagehand-bcast (issue 3). Pure: no MPI, no I/O besides
+ * the usage text, so it is unit tested (tests/unit/check_opts.c). */
+#ifndef STAGEHAND_ENGINE_OPTS_H
+#define STAGEHAND_ENGINE_OPTS_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "stagehand/hash.h"
+#include "stagehand/meta.h"
+
+enum sh_algorithm { SH_ALG_CHAIN = 0, SH_ALG_BCAST = 1 };
+enum sh_verify { SH_VERIFY_TRANSFER = 0, SH_VERIFY_READBACK = 1 };
+
+#define SH_BCAST_DEFAULT_SEGMENT (UINT64_C(8) << 20)    /* bytes */
+#define SH_BCAST_DEFAULT_DEPTH 4u
+#define SH_BCAST_MAX_DEPTH 64u
+#define SH_BCAST_DEFAULT_TIMEOUT_NS (600ULL * 1000000000ULL)
+
+struct sh_bcast_opts {
+    char source[PATH_MAX];          /* absolute */
+    char dest[PATH_MAX];            /* absolute */
+    enum sh_check check;
+    enum sh_verify verify;
+    enum sh_hash_algo hash;
+    uint64_t segment;               /* bytes, 1..SH_SEGMENT_MAX */
+    unsigned depth;                 /* buffers in the ring, 1..SH_BCAST_MAX_DEPTH */
+    enum sh_algorithm algorithm;
+    uint64_t timeout_ns;            /* overall deadline, > 0 */
+    int source_rank;                /* rank that reads SRC, >= 0 */
+    int progress;
+    int json;
+    int verbose;                    /* count of --verbose */
+};
+
+enum sh_opts_result {
+    SH_OPTS_ERROR = -1,     /* message in err */
+    SH_OPTS_RUN = 0,
+    SH_OPTS_HELP = 1,
+    SH_OPTS_VERSION = 2,
+};
+
+/* Parse @argv (getopt_long; resets getopt's state so it can be called more
+ * than once). On SH_OPTS_ERROR a one-line message naming the option and the
+ * value is stored in @err (@errlen bytes). */
+enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
+                                        struct sh_bcast_opts *o,
+                                        char *err, size_t errlen);
+
+/* Print the --help text to @out. */
+void sh_bcast_usage(FILE *out);
+
+const char *sh_algorithm_name(enum sh_algorithm a);
+const char *sh_verify_name(enum sh_verify v);
+
+#endif

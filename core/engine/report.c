@@ -1,0 +1,163 @@
+#include "config.h"
+#include "report.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+#include "stagehand/size.h"
+
+void sh_msgf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+const char *sh_phase_name(enum sh_phase p)
+{
+    static const char *const names[SH_PH_COUNT] = {
+        "start-up", "metadata", "pre-check", "transfer", "verify", "publish",
+    };
+
+    return (unsigned)p < SH_PH_COUNT ? names[p] : "?";
+}
+
+static const char *status_name(int32_t status)
+{
+    switch (status) {
+    case SH_NODE_COPIED: return "copied";
+    case SH_NODE_CURRENT: return "current";
+    case SH_NODE_READER: return "current";
+    case SH_NODE_FAILED: return "failed";
+    case SH_NODE_ABORTED: return "not-copied";
+    }
+    return "?";
+}
+
+static void count(const struct sh_report *r, int *copied, int *current,
+                  int *failed, int *aborted)
+{
+    *copied = *current = *failed = *aborted = 0;
+    for (int i = 0; r->results != NULL && i < r->nodes; i++) {
+        switch (r->results[i].status) {
+        case SH_NODE_COPIED: (*copied)++; break;
+        case SH_NODE_FAILED: (*failed)++; break;
+        case SH_NODE_ABORTED: (*aborted)++; break;
+        default: (*current)++; break;
+        }
+    }
+}
+
+static double rate(const struct sh_report *r)
+{
+    return r->total_s > 0 ? (double)r->bytes_transferred / r->total_s : 0.0;
+}
+
+void sh_report_text(const struct sh_report *r, FILE *out)
+{
+    char sz[32], rt[32], seg[32], hex[SH_HASH_HEX_LEN];
+    int copied, current, failed, aborted;
+
+    count(r, &copied, &current, &failed, &aborted);
+    sh_format_size(r->size, sz, sizeof(sz));
+    fprintf(out, "stagehand-bcast: %s -> %s: %s\n", r->opts->source,
+            r->opts->dest, r->exit_code == 0 ? "ok" : "FAILED");
+    if (!r->src_ok) {
+        fprintf(out, "  source error: %s\n", r->src_error);
+    } else {
+        fprintf(out, "  %s to %d node(s): %d copied, %d already current, "
+                "%d failed", sz, r->nodes, copied, current, failed);
+        if (aborted > 0)
+            fprintf(out, ", %d not copied because of those failures", aborted);
+        fputc('\n', out);
+    }
+    fprintf(out, "  time:");
+    for (int p = 0; p < SH_PH_COUNT; p++)
+        fprintf(out, " %s %.3fs", sh_phase_name((enum sh_phase)p), r->phase_s[p]);
+    fprintf(out, " = total %.3fs\n", r->total_s);
+    sh_format_size((uint64_t)rate(r), rt, sizeof(rt));
+    sh_format_size(r->opts->segment, seg, sizeof(seg));
+    fprintf(out, "  effective rate %s/s (bytes transferred / wall time); "
+            "algorithm %s, segment %s, depth %u, %s", rt,
+            sh_algorithm_name(r->opts->algorithm), seg, r->opts->depth,
+            sh_hash_name(r->opts->hash));
+    if (r->digest_len > 0)
+        fprintf(out, " %s", sh_hash_hex(r->digest, (size_t)r->digest_len, hex));
+    fputc('\n', out);
+    for (int i = 0; r->results != NULL && i < r->nodes; i++) {
+        const struct sh_node_result *n = &r->results[i];
+
+        if (n->status == SH_NODE_FAILED)
+            fprintf(out, "  FAILED on %s (rank %d) in %s: %s\n", n->host,
+                    n->world_rank, n->phase, n->reason);
+    }
+}
+
+void sh_json_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+void sh_report_json(const struct sh_report *r, FILE *out)
+{
+    char hex[SH_HASH_HEX_LEN] = "";
+    int copied, current, failed, aborted;
+
+    count(r, &copied, &current, &failed, &aborted);
+    if (r->digest_len > 0)
+        sh_hash_hex(r->digest, (size_t)r->digest_len, hex);
+    fprintf(out, "{\"format\":1,\"status\":\"%s\",\"exit_code\":%d,",
+            r->exit_code == 0 ? "ok" : "failed", r->exit_code);
+    fputs("\"source\":", out);
+    sh_json_string(out, r->opts->source);
+    fputs(",\"dest\":", out);
+    sh_json_string(out, r->opts->dest);
+    fprintf(out, ",\"size\":%llu,\"source_ok\":%s,\"source_error\":",
+            (unsigned long long)r->size, r->src_ok ? "true" : "false");
+    sh_json_string(out, r->src_error);
+    fprintf(out, ",\"algorithm\":\"%s\",\"segment_size\":%llu,"
+            "\"pipeline_depth\":%u,\"check\":\"%s\",\"verify\":\"%s\","
+            "\"hash\":\"%s\",\"digest\":\"%s\",",
+            sh_algorithm_name(r->opts->algorithm),
+            (unsigned long long)r->opts->segment, r->opts->depth,
+            sh_check_name(r->opts->check), sh_verify_name(r->opts->verify),
+            sh_hash_name(r->opts->hash), hex);
+    fprintf(out, "\"ranks\":%d,\"nodes\":%d,\"nodes_copied\":%d,"
+            "\"nodes_current\":%d,\"nodes_failed\":%d,\"nodes_not_copied\":%d,"
+            "\"bytes_transferred\":%llu,\"rate_bytes_per_s\":%.0f,\"seconds\":{",
+            r->world_size, r->nodes, copied, current, failed, aborted,
+            (unsigned long long)r->bytes_transferred, rate(r));
+    for (int p = 0; p < SH_PH_COUNT; p++)
+        fprintf(out, "\"%s\":%.6f,", sh_phase_name((enum sh_phase)p),
+                r->phase_s[p]);
+    fprintf(out, "\"total\":%.6f},\"node_results\":[", r->total_s);
+    for (int i = 0; r->results != NULL && i < r->nodes; i++) {
+        const struct sh_node_result *n = &r->results[i];
+
+        fprintf(out, "%s{\"node\":", i > 0 ? "," : "");
+        sh_json_string(out, n->host);
+        fprintf(out, ",\"rank\":%d,\"status\":\"%s\",\"bytes_written\":%llu,"
+                "\"metadata\":\"%s\",\"errno\":%d,\"exit_class\":%d,\"phase\":",
+                n->world_rank, status_name(n->status),
+                (unsigned long long)n->bytes_written,
+                n->meta_sidecar ? "sidecar" : "xattr", n->err, n->exit_class);
+        sh_json_string(out, n->phase);
+        fputs(",\"error\":", out);
+        sh_json_string(out, n->reason);
+        fprintf(out, ",\"seconds\":{\"transfer\":%.6f,\"verify\":%.6f,"
+                "\"publish\":%.6f,\"cpu\":%.6f}}", n->transfer_s, n->verify_s,
+                n->publish_s, n->cpu_s);
+    }
+    fputs("]}\n", out);
+}

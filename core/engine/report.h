@@ -1,0 +1,96 @@
+/* Per-node votes and results exchanged between the writers, and the summary
+ * printed by the reader (human text or --json). */
+#ifndef STAGEHAND_ENGINE_REPORT_H
+#define STAGEHAND_ENGINE_REPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "opts.h"
+#include "stagehand/hash.h"
+
+/* Exit codes (documented in --help; the agent maps them). */
+#define SH_EXIT_OK 0
+#define SH_EXIT_INTERNAL 1      /* MPI failure, out of memory, bug */
+#define SH_EXIT_USAGE 2
+#define SH_EXIT_SOURCE 3        /* user error: SRC missing/unreadable/changed */
+#define SH_EXIT_DEST 4          /* a node could not stage DST */
+#define SH_EXIT_TIMEOUT 5       /* --timeout reached */
+
+enum sh_vote { SH_VOTE_CURRENT = 0, SH_VOTE_COPY = 1, SH_VOTE_ERROR = 2 };
+
+/* Exchanged with MPI_BYTE between ranks of one binary (homogeneous). */
+struct sh_node_vote {
+    int32_t vote;               /* enum sh_vote */
+    int32_t err;                /* errno when SH_VOTE_ERROR */
+    int32_t world_rank;
+    int32_t digest_len;         /* recorded digest of a current copy, or 0 */
+    uint32_t algo;
+    uint32_t pad;
+    uint64_t free_bytes;        /* statvfs f_bavail * f_frsize of DST's fs */
+    uint8_t digest[SH_HASH_MAX_LEN];
+    char host[64];
+    char reason[200];
+};
+
+enum sh_node_status {
+    SH_NODE_COPIED = 0,         /* received, verified, published */
+    SH_NODE_CURRENT = 1,        /* already current: not rewritten */
+    SH_NODE_READER = 2,         /* reader only, its copy current */
+    SH_NODE_FAILED = 3,
+    SH_NODE_ABORTED = 4,        /* fine, but not copied: another node failed
+                                 * its pre-check, so no data moved */
+};
+
+struct sh_node_result {
+    int32_t status;             /* enum sh_node_status */
+    int32_t err;                /* errno of the failure, or 0 */
+    int32_t world_rank;
+    int32_t exit_class;         /* SH_EXIT_* this node's failure maps to */
+    int32_t meta_sidecar;       /* metadata went to the sidecar file */
+    int32_t pad;
+    uint64_t bytes_written;
+    double transfer_s, verify_s, publish_s;
+    double cpu_s;               /* user + system CPU of this rank so far */
+    char host[64];
+    char phase[16];             /* "pre-check", "transfer", "verify", "publish" */
+    char reason[200];
+};
+
+enum sh_phase {
+    SH_PH_STARTUP = 0, SH_PH_METADATA, SH_PH_PRECHECK, SH_PH_TRANSFER,
+    SH_PH_VERIFY, SH_PH_PUBLISH, SH_PH_COUNT,
+};
+
+struct sh_report {
+    const struct sh_bcast_opts *opts;
+    uint64_t size;                  /* bytes of SRC */
+    int src_ok;
+    char src_error[256];
+    int world_size;
+    int nodes;                      /* writers (one per node) */
+    const struct sh_node_result *results;   /* one per node */
+    double phase_s[SH_PH_COUNT];    /* consecutive: they add up to total */
+    double total_s;
+    uint64_t bytes_transferred;     /* SRC bytes that went through the pipeline */
+    uint8_t digest[SH_HASH_MAX_LEN];
+    int digest_len;
+    int exit_code;
+};
+
+/* snprintf for messages, where truncating a long path is acceptable
+ * (vsnprintf, so the compiler does not flag the intended truncation). */
+void sh_msgf(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Name of a phase ("start-up", ...). */
+const char *sh_phase_name(enum sh_phase p);
+/* Print the human summary to @out. */
+void sh_report_text(const struct sh_report *r, FILE *out);
+/* Print the JSON summary (one object, newline-terminated) to @out. */
+void sh_report_json(const struct sh_report *r, FILE *out);
+/* Write @s as a JSON string literal (with quotes) to @out. */
+void sh_json_string(FILE *out, const char *s);
+
+#endif

@@ -1,0 +1,509 @@
+#include "config.h"
+#include "xfer.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "report.h"
+#include "stagehand/io.h"
+#include "stagehand/log.h"
+#include "stagehand/size.h"
+
+/* Tags only have to keep the stream ordered; MPI guarantees MPI_TAG_UB is at
+ * least 32767. */
+#define SEG_TAG(k) ((int)((k) & 0x7fff))
+
+uint64_t sh_now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* State shared by the three threads; every field below the mutex is guarded
+ * by it. Segment k lives in slot k % depth; the slot is reusable once the
+ * writer consumed k and the MPI side (forward send / collective) finished. */
+struct ring {
+    const struct sh_xfer_cfg *cfg;
+    const struct sh_sched *s;
+    unsigned depth;
+    unsigned char **buf;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t limit;         /* segments that will flow (chain: shrinks on error) */
+    uint64_t avail;         /* data present for segments [0, avail) */
+    uint64_t written;       /* writer consumed [0, written) */
+    uint64_t net_done;      /* MPI finished with [0, net_done) */
+    int src_failed;         /* reader thread hit a source error */
+    int abort;
+
+    /* writer thread only (read by the main thread after join) */
+    struct sh_hash *hash;
+    int write_err;
+    int hash_err;
+    uint32_t src_status, src_err;
+    uint64_t src_err_seg;
+    uint64_t bytes_written;
+};
+
+static int slot_free(const struct ring *r, uint64_t k)
+{
+    uint64_t m = r->written < r->net_done ? r->written : r->net_done;
+
+    return k < m + r->depth;
+}
+
+static void *reader_main(void *arg)
+{
+    struct ring *r = arg;
+    const struct sh_sched *s = r->s;
+
+    for (uint64_t k = 0; ; k++) {
+        struct sh_seg_hdr hdr = { SH_SEG_OK, 0, k };
+        unsigned char *b;
+        size_t len;
+        int failed;
+
+        pthread_mutex_lock(&r->mu);
+        while (!r->abort && k < r->limit && !slot_free(r, k))
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->abort || k >= r->limit) {
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        failed = r->src_failed;
+        pthread_mutex_unlock(&r->mu);
+
+        b = r->buf[k % r->depth];
+        len = sh_sched_len(s, k);
+        if (failed) {
+            /* bcast mode only: the collectives must still match, the payload
+             * is marked bad and never read */
+            hdr.status = SH_SEG_READ_ERROR;
+        } else {
+            ssize_t n = sh_io_pread_full(NULL, r->cfg->src_fd, b, len,
+                                         sh_sched_offset(s, k));
+
+            if (n < 0) {
+                hdr.status = SH_SEG_READ_ERROR;     /* case F29 */
+                hdr.err = (uint32_t)errno;
+            } else if ((size_t)n != len) {
+                hdr.status = SH_SEG_SHORT_SOURCE;
+            }
+        }
+        sh_seg_hdr_encode(&hdr, b + len);
+
+        pthread_mutex_lock(&r->mu);
+        if (hdr.status != SH_SEG_OK && !r->src_failed) {
+            r->src_failed = 1;
+            if (r->cfg->algorithm == SH_ALG_CHAIN)
+                r->limit = k + 1;
+        }
+        r->avail = k + 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+    struct ring *r = arg;
+    const struct sh_sched *s = r->s;
+    struct sh_publish *pub = r->cfg->pub;
+
+    for (uint64_t k = 0; ; k++) {
+        struct sh_seg_hdr hdr;
+        unsigned char *b;
+        size_t len;
+
+        pthread_mutex_lock(&r->mu);
+        while (!r->abort && k < r->limit && k >= r->avail)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->abort || k >= r->limit) {
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        pthread_mutex_unlock(&r->mu);
+
+        b = r->buf[k % r->depth];
+        len = sh_sched_len(s, k);
+        sh_seg_hdr_decode(b + len, &hdr);
+        if (hdr.status == SH_SEG_OK && hdr.index != k) {
+            hdr.status = SH_SEG_READ_ERROR;     /* stream out of order */
+            hdr.err = EPROTO;
+        }
+        if (hdr.status != SH_SEG_OK) {
+            if (r->src_status == SH_SEG_OK) {
+                r->src_status = hdr.status;
+                r->src_err = hdr.err;
+                r->src_err_seg = k;
+            }
+        } else if (r->src_status == SH_SEG_OK) {
+            if (sh_hash_update(r->hash, b, len) != 0)
+                r->hash_err = errno;
+            if (pub != NULL && r->write_err == 0) {
+                /* keep consuming after a local failure: the chain must
+                 * go on forwarding to the other nodes */
+                if (sh_publish_write(pub, b, len, sh_sched_offset(s, k)) != 0)
+                    r->write_err = errno;
+                else
+                    r->bytes_written += len;
+            }
+        }
+
+        pthread_mutex_lock(&r->mu);
+        r->written = k + 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+/* Progress line on the reader: a bar on a terminal, a line per 10 % else. */
+struct progress {
+    int on, tty;
+    uint64_t start_ns, last_ns;
+    unsigned last_decile;
+};
+
+static void progress_show(struct progress *p, const struct sh_sched *s,
+                          uint64_t segs_done, int final)
+{
+    uint64_t now = sh_now_ns();
+    uint64_t bytes = segs_done >= s->nseg ? s->size : segs_done * s->segment;
+    unsigned pct = s->size == 0 ? 100u : (unsigned)(bytes * 100 / s->size);
+    double secs = (double)(now - p->start_ns) / 1e9;
+    char done[32], total[32], rate[32];
+
+    if (!p->on || (!final && now - p->last_ns < 250000000ULL))
+        return;
+    p->last_ns = now;
+    sh_format_size(bytes, done, sizeof(done));
+    sh_format_size(s->size, total, sizeof(total));
+    sh_format_size(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, rate,
+                   sizeof(rate));
+    if (p->tty) {
+        char bar[41];
+        unsigned fill = pct * 40 / 100;
+
+        memset(bar, '#', fill);
+        memset(bar + fill, ' ', 40 - fill);
+        bar[40] = '\0';
+        fprintf(stderr, "\r[%s] %3u%% %s / %s  %s/s ", bar, pct, done, total,
+                rate);
+        if (final)
+            fputc('\n', stderr);
+    } else if (pct / 10 > p->last_decile || final) {
+        p->last_decile = pct / 10;
+        fprintf(stderr, "stagehand-bcast: transfer %3u%% %s / %s %s/s\n", pct,
+                done, total, rate);
+    }
+    fflush(stderr);
+}
+
+static int mpi_check(int rc, struct sh_xfer_result *res, const char *what,
+                     uint64_t k)
+{
+    char err[MPI_MAX_ERROR_STRING];
+    int len = 0;
+
+    if (rc == MPI_SUCCESS)
+        return 0;
+    MPI_Error_string(rc, err, &len);
+    sh_msgf(res->msg, sizeof(res->msg), "MPI %s of segment %llu failed: %s",
+             what, (unsigned long long)k, err);
+    res->mpi_failed = 1;
+    return -1;
+}
+
+static void nap(unsigned *idle)
+{
+    struct timespec ts = { 0, 0 };
+
+    /* Open MPI progresses only inside MPI calls, so poll often; but spinning
+     * starves the writer thread and the TCP stack on small nodes (measured
+     * on the 2-core test cluster: pure spinning was slowest). */
+    if (*idle < 10) {
+        (*idle)++;
+        return;
+    }
+    ts.tv_nsec = *idle < 1000 ? 20000 : 50000;
+    (*idle)++;
+    nanosleep(&ts, NULL);
+}
+
+static void ring_get(struct ring *r, uint64_t *avail, uint64_t *limit,
+                     uint64_t *written)
+{
+    pthread_mutex_lock(&r->mu);
+    *avail = r->avail;
+    *limit = r->limit;
+    *written = r->written;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void ring_set_net(struct ring *r, uint64_t net_done)
+{
+    pthread_mutex_lock(&r->mu);
+    r->net_done = net_done;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void ring_set_avail(struct ring *r, uint64_t avail, int shrink)
+{
+    pthread_mutex_lock(&r->mu);
+    r->avail = avail;
+    if (shrink)
+        r->limit = avail;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res,
+                        uint64_t k, uint64_t nseg)
+{
+    if (sh_now_ns() < cfg->deadline_ns)
+        return 0;
+    sh_msgf(res->msg, sizeof(res->msg),
+             "transfer reached segment %llu of %llu",
+             (unsigned long long)k, (unsigned long long)nseg);
+    res->timed_out = 1;
+    return 1;
+}
+
+/* Main-thread loop, both algorithms. Returns 0 or -1 (res says why). */
+static int progress_loop(struct ring *r, struct sh_xfer_result *res)
+{
+    const struct sh_xfer_cfg *cfg = r->cfg;
+    const struct sh_sched *s = r->s;
+    int rank, size;
+    int chain = cfg->algorithm == SH_ALG_CHAIN;
+    MPI_Request *in, *out;
+    uint64_t posted = 0;    /* reader: sends/bcasts posted; else receives */
+    uint64_t arrived = 0;   /* receivers: data complete for [0, arrived) */
+    uint64_t nd = 0;        /* MPI finished for [0, nd) */
+    struct progress prog = { 0 };
+    unsigned idle = 0;
+    int down, up, rc = 0;
+
+    MPI_Comm_rank(cfg->comm, &rank);
+    MPI_Comm_size(cfg->comm, &size);
+    down = rank + 1 < size ? rank + 1 : -1;
+    up = rank - 1;
+    in = calloc(r->depth, sizeof(*in));
+    out = calloc(r->depth, sizeof(*out));
+    if (in == NULL || out == NULL) {
+        sh_msgf(res->msg, sizeof(res->msg), "out of memory");
+        res->mpi_failed = 1;
+        free(in);
+        free(out);
+        return -1;
+    }
+    for (unsigned i = 0; i < r->depth; i++)
+        in[i] = out[i] = MPI_REQUEST_NULL;
+    prog.on = rank == 0 && cfg->progress;
+    prog.tty = isatty(STDERR_FILENO);
+    prog.start_ns = sh_now_ns();
+
+    for (;;) {
+        uint64_t avail, limit, written;
+        int moved = 0, flag;
+
+        ring_get(r, &avail, &limit, &written);
+        if (rank == 0) {
+            /* reader: ship every segment the reader thread finished */
+            while (posted < avail) {
+                unsigned slot = (unsigned)(posted % r->depth);
+
+                if (chain && down >= 0)
+                    rc = MPI_Isend(r->buf[slot], sh_sched_count(s, posted),
+                                   MPI_BYTE, down, SEG_TAG(posted), cfg->comm,
+                                   &out[slot]);
+                else if (!chain)
+                    rc = MPI_Ibcast(r->buf[slot], sh_sched_count(s, posted),
+                                    MPI_BYTE, 0, cfg->comm, &out[slot]);
+                if (mpi_check(rc, res, chain ? "send" : "broadcast", posted))
+                    goto fail;
+                posted++;
+                moved = 1;
+            }
+            arrived = avail;
+        } else {
+            uint64_t lo = written < nd ? written : nd;
+
+            while (posted < limit && posted < lo + r->depth) {
+                unsigned slot = (unsigned)(posted % r->depth);
+
+                if (chain)
+                    rc = MPI_Irecv(r->buf[slot], sh_sched_count(s, posted),
+                                   MPI_BYTE, up, SEG_TAG(posted), cfg->comm,
+                                   &in[slot]);
+                else
+                    rc = MPI_Ibcast(r->buf[slot], sh_sched_count(s, posted),
+                                    MPI_BYTE, 0, cfg->comm, &in[slot]);
+                if (mpi_check(rc, res, "receive", posted))
+                    goto fail;
+                posted++;
+                moved = 1;
+            }
+            /* complete receives in stream order */
+            while (arrived < posted) {
+                unsigned slot = (unsigned)(arrived % r->depth);
+                struct sh_seg_hdr hdr;
+                int bad;
+
+                rc = MPI_Test(&in[slot], &flag, MPI_STATUS_IGNORE);
+                if (mpi_check(rc, res, "receive", arrived))
+                    goto fail;
+                if (!flag)
+                    break;
+                sh_seg_hdr_decode(r->buf[slot] + sh_sched_len(s, arrived), &hdr);
+                bad = chain && hdr.status != SH_SEG_OK;
+                if (chain && down >= 0) {
+                    rc = MPI_Isend(r->buf[slot], sh_sched_count(s, arrived),
+                                   MPI_BYTE, down, SEG_TAG(arrived), cfg->comm,
+                                   &out[slot]);
+                    if (mpi_check(rc, res, "forward", arrived))
+                        goto fail;
+                }
+                arrived++;
+                moved = 1;
+                ring_set_avail(r, arrived, bad);
+                if (bad) {
+                    /* the reader sends nothing after an error segment:
+                     * withdraw the receives posted beyond it */
+                    for (uint64_t k = arrived; k < posted; k++) {
+                        unsigned sl = (unsigned)(k % r->depth);
+
+                        MPI_Cancel(&in[sl]);
+                        MPI_Wait(&in[sl], MPI_STATUS_IGNORE);
+                    }
+                    posted = arrived;
+                    limit = arrived;
+                    break;
+                }
+            }
+        }
+        /* MPI side of a slot is done when its send / collective finished */
+        while (nd < (rank == 0 ? posted : arrived)) {
+            unsigned slot = (unsigned)(nd % r->depth);
+            MPI_Request *req = (!chain && rank != 0) ? &in[slot] : &out[slot];
+
+            if (*req != MPI_REQUEST_NULL) {
+                rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+                if (mpi_check(rc, res, "send", nd))
+                    goto fail;
+                if (!flag)
+                    break;
+            }
+            nd++;
+            moved = 1;
+        }
+        if (moved)
+            ring_set_net(r, nd);
+        progress_show(&prog, s, written < nd ? written : nd, 0);
+        ring_get(r, &avail, &limit, &written);
+        if (arrived >= limit && nd >= limit && written >= limit &&
+            (rank != 0 || avail >= limit))
+            break;
+        if (deadline_hit(cfg, res, written < nd ? written : nd, s->nseg))
+            goto fail;
+        if (moved)
+            idle = 0;
+        else
+            nap(&idle);
+    }
+    progress_show(&prog, s, s->nseg, 1);
+    free(in);
+    free(out);
+    return 0;
+fail:
+    free(in);
+    free(out);
+    return -1;
+}
+
+int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res)
+{
+    struct ring r;
+    pthread_t reader_tid, writer_tid;
+    int have_reader = 0, have_writer = 0;
+    int rank, rc = -1;
+    size_t bufsize;
+
+    memset(res, 0, sizeof(*res));
+    memset(&r, 0, sizeof(r));
+    MPI_Comm_rank(cfg->comm, &rank);
+    r.cfg = cfg;
+    r.s = &cfg->sched;
+    r.depth = cfg->depth;
+    r.limit = cfg->sched.nseg;
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    bufsize = sh_sched_len(&cfg->sched, 0) + SH_SEG_HDR_LEN;
+    r.buf = calloc(r.depth, sizeof(*r.buf));
+    r.hash = sh_hash_new(cfg->hash);
+    if (r.buf == NULL || r.hash == NULL)
+        goto oom;
+    for (unsigned i = 0; i < r.depth; i++) {
+        void *p = NULL;
+
+        if (posix_memalign(&p, 4096, bufsize) != 0)
+            goto oom;
+        r.buf[i] = p;
+    }
+    if (pthread_create(&writer_tid, NULL, writer_main, &r) != 0)
+        goto oom;
+    have_writer = 1;
+    if (rank == 0) {
+        if (pthread_create(&reader_tid, NULL, reader_main, &r) != 0)
+            goto oom;
+        have_reader = 1;
+    }
+    rc = progress_loop(&r, res);
+    goto join;
+oom:
+    sh_msgf(res->msg, sizeof(res->msg), "cannot set up the transfer "
+             "(%u buffers of %zu bytes): %s", r.depth, bufsize, strerror(errno));
+    res->mpi_failed = 1;
+join:
+    pthread_mutex_lock(&r.mu);
+    if (rc != 0)
+        r.abort = 1;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    if (have_reader)
+        pthread_join(reader_tid, NULL);
+    if (have_writer)
+        pthread_join(writer_tid, NULL);
+    res->src_status = r.src_status;
+    res->src_err = r.src_err;
+    res->src_err_seg = r.src_err_seg;
+    res->write_err = r.write_err;
+    res->bytes_written = r.bytes_written;
+    if (rc == 0 && r.src_status == SH_SEG_OK && r.hash_err == 0) {
+        res->digest_len = sh_hash_final(r.hash, res->digest);
+        if (res->digest_len < 0)
+            res->write_err = EIO;
+    } else if (rc == 0 && r.hash_err != 0) {
+        res->write_err = r.hash_err;
+    }
+    sh_hash_free(r.hash);
+    if (r.buf != NULL) {
+        for (unsigned i = 0; i < r.depth; i++)
+            free(r.buf[i]);
+        free(r.buf);
+    }
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
+    return rc;
+}

@@ -1,0 +1,44 @@
+/* The pipe protocol between the plugin's prolog side (root, in slurmd) and
+ * stagehand-agent. Both directions are stagehand/kv.h lines.
+ *
+ * Plugin -> agent (the agent's stdin), in any order, then "end":
+ *   version=<SH_AGENT_PROTO_VERSION>
+ *   jobid=<n>  uid=<n>  gid=<n>  user=<name>
+ *   nodelist=<Slurm hostlist>  nodename=<this node>  cluster=<name>
+ *   spec=<canonical spec set, stagehand/spec.h>
+ *   arg=<plugstack argument>          (repeated, in order)
+ *   end
+ * Inputs never travel in argv or the environment (F19: the prolog's
+ * environment has no PATH/HOME/USER, and argv is visible to every user).
+ *
+ * Agent -> plugin (the agent's stdout):
+ *   log=<line for the slurmd log>     (any number, any time)
+ *   summary=<one line per image>      (after the outcome is known)
+ *   result=ok|fail
+ *   fault=none|user|node              (who is to blame for a failure)
+ *   message=<one line for the user: node, image, phase, reason>
+ */
+#ifndef STAGEHAND_AGENTIO_H
+#define STAGEHAND_AGENTIO_H
+
+#define SH_AGENT_PROTO_VERSION 1
+
+#define SH_AGENT_IN_VERSION  "version"
+#define SH_AGENT_IN_JOBID    "jobid"
+#define SH_AGENT_IN_UID      "uid"
+#define SH_AGENT_IN_GID      "gid"
+#define SH_AGENT_IN_USER     "user"
+#define SH_AGENT_IN_NODELIST "nodelist"
+#define SH_AGENT_IN_NODENAME "nodename"
+#define SH_AGENT_IN_CLUSTER  "cluster"
+#define SH_AGENT_IN_SPEC     "spec"
+#define SH_AGENT_IN_ARG      "arg"
+#define SH_AGENT_IN_END      "end"
+
+#define SH_AGENT_OUT_LOG     "log"
+#define SH_AGENT_OUT_SUMMARY "summary"
+#define SH_AGENT_OUT_RESULT  "result"
+#define SH_AGENT_OUT_FAULT   "fault"
+#define SH_AGENT_OUT_MESSAGE "message"
+
+#endif

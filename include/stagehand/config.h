@@ -1,0 +1,117 @@
+/* Site configuration: the plugstack.conf arguments of stagehand.so
+ * (DESIGN.md §6), parsed strictly.
+ *
+ *   required stagehand.so allowed_dest=/nvme:/scratch/local key=value ...
+ *
+ * Every argument is key=value; each key may appear once; unknown keys, empty
+ * values and out-of-range values are errors whose message names the key and
+ * the value. Defaults are set first (sh_config_defaults()), so a parsed
+ * config is complete. The prolog should hand the same argument vector to the
+ * agent and let it call sh_config_parse() too, so both read one config.
+ *
+ * key             value                                     default
+ * allowed_dest    ':'-separated absolute roots DST must     (required)
+ *                 lie under (at most SH_CONFIG_MAX_ROOTS,
+ *                 each shorter than SH_CONFIG_ROOT_MAX; "/"
+ *                 is refused: it would allow every path)
+ * default_dest    absolute directory for images given       <first root>/stage/%u
+ *                 without DST; "%u" = user name, "%%" = "%";
+ *                 must lie under an allowed root
+ * key_file        absolute path of the site key             /etc/slurm/stagehand.key
+ * agent, engine   absolute paths of the helpers             installed paths
+ * port_base       first control-plane port, 1024..65535     7300
+ * port_range      number of ports, >= 1, base+range-1       1000
+ *                 <= 65535
+ * fanout          control-tree fanout, 1..1024              32
+ * segment_size    engine segment, bytes with unit           8M (not yet measured)
+ *                 (K/M/G, KiB/...), > 0 and <= 1 GiB
+ *                 (case F09: "4G" is refused)
+ * pipeline_depth  segments in flight per node, 1..64        4 (not yet measured)
+ * timeout         overall staging deadline, 1s..24h         600s
+ *                 (s/ms/m/h; keep it below PrologEpilogTimeout)
+ * check           meta | content | size | never             meta
+ * hash            xxh3 | sha256                             xxh3
+ * mpi_env         absolute path of a file of OMPI_MCA_* /   (none)
+ *                 UCX_* settings for the engine
+ * on_node_fault   fail | drain                              fail
+ * submit_check    yes | no (check SRC is readable at        yes
+ *                 submit)
+ * verbose         yes | no (per-image summary in job        no
+ *                 output by default)
+ * allow_shared_dst yes | no (allow DST on a network         no
+ *                 filesystem; case F01)
+ *
+ * Booleans accept exactly "yes" and "no".
+ */
+#ifndef STAGEHAND_CONFIG_H
+#define STAGEHAND_CONFIG_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stagehand/modes.h"
+
+#define SH_CONFIG_MAX_ROOTS 16
+#define SH_CONFIG_ROOT_MAX 256
+#define SH_CONFIG_SEGMENT_MAX (1ULL << 30)
+
+enum sh_node_fault { SH_FAULT_FAIL = 0, SH_FAULT_DRAIN };
+
+struct sh_config {
+    char allowed_dest[SH_CONFIG_MAX_ROOTS][SH_CONFIG_ROOT_MAX]; /* normalised */
+    size_t n_allowed_dest;
+    char default_dest[PATH_MAX]; /* template, may contain %u */
+    char key_file[PATH_MAX];
+    char agent[PATH_MAX];
+    char engine[PATH_MAX];
+    char mpi_env[PATH_MAX];      /* "" = none */
+    uint16_t port_base;
+    uint16_t port_range;
+    unsigned fanout;
+    uint64_t segment_size;       /* bytes */
+    unsigned pipeline_depth;
+    uint64_t timeout_ns;
+    enum sh_check check;
+    enum sh_hash_algo hash;
+    enum sh_node_fault on_node_fault;
+    bool submit_check;
+    bool verbose;
+    bool allow_shared_dst;
+};
+
+/* Fill @cfg with the defaults of the table above (allowed_dest empty,
+ * default_dest empty until sh_config_parse() derives it). */
+void sh_config_defaults(struct sh_config *cfg);
+
+/* Parse plugstack arguments @argv[0..argc) into @cfg (defaults first).
+ * Returns 0, or -1 with errno = EINVAL (unknown or repeated key, bad value,
+ * allowed_dest missing) or ERANGE (value out of bounds) and a message naming
+ * the key and value in @err (@errlen bytes, NUL-terminated). On error @cfg
+ * holds defaults plus whatever was parsed; do not use it. */
+int sh_config_parse(struct sh_config *cfg, int argc, const char *const *argv,
+                    char *err, size_t errlen);
+
+/* Expand default_dest for user @user ("%u") into @out (@outlen bytes),
+ * normalised. Returns 0, or -1 with errno = EINVAL (user name empty, or
+ * containing '/' or a control character, or the result is not a valid path)
+ * or ENAMETOOLONG. */
+int sh_config_default_dir(const struct sh_config *cfg, const char *user,
+                          char *out, size_t outlen);
+
+/* The allowed root that the normalised absolute @dst lies strictly under
+ * (component-wise: "/nvme2/x" is not under "/nvme"), or NULL. */
+const char *sh_config_allowed_root(const struct sh_config *cfg,
+                                   const char *dst);
+
+/* Site policy for one DST: 0 if allowed, else -1 with errno = EACCES and a
+ * message for the user in @err naming the allowed roots (and, for /tmp and
+ * /dev/shm, why those are unsafe: case F23). */
+int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
+                         char *err, size_t errlen);
+
+/* Static names for log lines: "meta", "xxh3", "fail", ... */
+const char *sh_config_fault_name(enum sh_node_fault fault);
+
+#endif

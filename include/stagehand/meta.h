@@ -1,0 +1,103 @@
+/* The metadata record that makes a staged copy "current" (DESIGN.md §2 step 4).
+ *
+ * Written only after a verified publish: the source's path, size, mtime and
+ * ctime as the reader saw them, the content digest, and DST's own size and
+ * mtime at publish (a later write to DST changes them). Stored in the
+ * extended attribute "user.stagehand" on DST (xattr(7)); where the filesystem
+ * has no user xattrs, in a sidecar file ".<dstname>.stagehand" in DST's
+ * directory, published atomically. The record is versioned text, readable
+ * with `getfattr -n user.stagehand DST`. */
+#ifndef STAGEHAND_META_H
+#define STAGEHAND_META_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "stagehand/hash.h"
+#include "stagehand/io.h"
+#include "stagehand/modes.h"
+
+#define SH_META_VERSION 1
+#define SH_META_XATTR "user.stagehand"
+#define SH_META_MAX_LEN (PATH_MAX + 512)    /* bytes of an encoded record */
+
+struct sh_ts {
+    int64_t sec;
+    uint32_t nsec;
+};
+
+/* Identity of the source as the reader sees it now. Inode and device numbers
+ * are deliberately absent: they differ between nodes and across remounts. */
+struct sh_src_id {
+    char path[PATH_MAX];
+    uint64_t size;          /* bytes */
+    struct sh_ts mtime;
+    struct sh_ts ctime;     /* changes on every content write; users cannot set it */
+};
+
+struct sh_meta {
+    uint32_t version;       /* SH_META_VERSION */
+    struct sh_src_id src;
+    enum sh_hash_algo algo;
+    uint8_t digest[SH_HASH_MAX_LEN];    /* sh_hash_len(algo) bytes used */
+    uint64_t dst_size;      /* bytes, at publish */
+    struct sh_ts dst_mtime; /* at publish */
+};
+
+
+/* Convert a struct timespec / stat times. */
+struct sh_ts sh_ts_from(const struct timespec *ts);
+
+/* Encode @m into @buf (@len bytes, NUL-terminated). Returns the length
+ * without the NUL, or -1 with errno = EINVAL (unknown algo, newline in the
+ * source path) or ENOBUFS (@len too small). */
+int sh_meta_encode(const struct sh_meta *m, char *buf, size_t len);
+
+/* Decode @len bytes of @buf (NUL not required) into @m. Strict: every field
+ * present, in order, nothing after. Returns 0, or -1 with errno = EINVAL
+ * (malformed) or EPROTONOSUPPORT (a record version this build cannot read). */
+int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m);
+
+/* Sidecar basename for DST @name: ".<name>.stagehand". Returns 0 or -1 with
+ * errno = ENAMETOOLONG. */
+int sh_meta_sidecar_name(const char *name, char *out, size_t len);
+
+/* Store @m in the user.stagehand xattr of open file @fd (fsetxattr(2)).
+ * Returns 0, or -1 with errno: ENOTSUP/EOPNOTSUPP (no user xattrs: use the
+ * sidecar), ENOSPC/EDQUOT, E2BIG, or EINVAL/ENOBUFS from encoding. */
+int sh_meta_store_fd(int fd, const struct sh_meta *m);
+
+/* Publish @m as the sidecar of @name in @dirfd (sh_publish_buffer, so it is
+ * atomic and fsynced). Returns 0 or -1 with errno. */
+int sh_meta_store_sidecar(const struct sh_io_ops *io, int dirfd,
+                          const char *name, const char *jobid,
+                          const char *host, const struct sh_meta *m);
+
+/* Remove the sidecar of @name if present. Returns 0 (also when absent) or -1
+ * with unlinkat(2)'s errno. */
+int sh_meta_remove_sidecar(int dirfd, const char *name);
+
+/* Load the record of DST @name: first the xattr of @dstfd (an open fd of DST),
+ * then the sidecar in @dirfd. Sets *@from_sidecar (may be NULL). Returns 0,
+ * or -1 with errno = ENODATA (no record), EINVAL/EPROTONOSUPPORT (record
+ * unreadable), or the errno of fgetxattr(2)/openat(2). */
+int sh_meta_load(int dirfd, const char *name, int dstfd, struct sh_meta *m,
+                 int *from_sidecar);
+
+/* Decide whether DST is current (pure function, no I/O).
+ * @src: the source as seen now. @dst: lstat of DST (NULL: DST missing).
+ * @uid: the running user; a DST owned by anyone else but root is never
+ * trusted. @rec: the loaded record (NULL: none). @dst_digest: for
+ * SH_CHECK_CONTENT, the digest of DST's content computed now with rec->algo
+ * (NULL otherwise). A zero-length or wrong-size DST is never current
+ * (case F07). Returns 1 (current) or 0, and points *@why at a static
+ * reason string. */
+int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
+                       const struct stat *dst, uid_t uid,
+                       const struct sh_meta *rec, const uint8_t *dst_digest,
+                       const char **why);
+
+#endif

@@ -1,0 +1,85 @@
+/* Embedded PMIx server that launches the engine as one MPI rank of a job
+ * spanning the agents (DESIGN.md §2 step 5; measured-facts.md "Wiring up MPI
+ * from the prolog").
+ *
+ * One rank per node: rank r runs on node r of the control tree @ctl, which
+ * must contain exactly the participating nodes (build a tree over the
+ * participants with sh_ctl_join when they are a subset). Every fence
+ * (fence_nb) is an allgather over the control plane; blobs are concatenated
+ * in node order. direct_modex is not supported (all data is collected in the
+ * fences). PMIx_Abort from the engine kills the local engine.
+ *
+ * The engine phase is a sequence of collective operations that every agent
+ * runs in the same order: each contributes either FENCE (its engine asked
+ * for a fence) or DONE (its engine has exited, with the exit status). A fence
+ * succeeds when all contribute FENCE; when some node is DONE or missing, the
+ * fence fails on every node at once, the engines are killed, and the next
+ * operation collects DONE from everyone. The phase ends when no node is in a
+ * fence; every node then knows every node's exit status. Nothing waits past
+ * the deadline: the engine is killed (SIGTERM, then SIGKILL) and missing
+ * nodes are named.
+ *
+ * The PMIx server runs in a child process for the duration of one call
+ * (libpmix 4.2 cannot be initialised twice in one process), which carries the
+ * control-plane session and hands it back: call sh_pmix_run as often as
+ * needed (one engine per image), from a single-threaded agent, as the job user
+ * (the server and the engine run with the caller's identity). The engine
+ * stays in the caller's process group, so a kill of that group (the plugin's
+ * deadline) reaches it. */
+#ifndef STAGEHAND_PMIX_HOST_H
+#define STAGEHAND_PMIX_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stagehand/ctl.h"
+
+struct sh_pmix_cfg {
+    struct sh_ctl *ctl;          /* tree of the participating nodes; rank = index */
+    const char *nspace;          /* same on every node: sh_pmix_make_nspace at the
+                                    root, then sh_ctl_bcast */
+    const char *const *hosts;    /* sh_ctl_nnodes(ctl) node names for PMIX_NODE_MAP;
+                                    injectable (tests run N "nodes" on one host) */
+    const char *tmpdir;          /* existing per-job directory of the job user:
+                                    PMIx server and system tmpdir */
+    uid_t uid;                   /* job user: PMIX_USERID/GRPID, register_client */
+    gid_t gid;
+    const char *const *argv;     /* engine argv, argv[0] an absolute path (F19) */
+    const char *const *envp;     /* the engine's whole environment, NULL-terminated
+                                    "K=V" (minimal, F19); must carry SLURM_JOBID,
+                                    SLURM_NODELIST and SLURM_STEP_ID for Open MPI
+                                    4.1 (measured) - PMIx adds its own variables */
+    int64_t deadline_ns;         /* overall deadline (CLOCK_MONOTONIC) */
+    int64_t kill_grace_ns;       /* SIGTERM to SIGKILL; 0: 2 s */
+};
+
+struct sh_pmix_outcome {
+    int local_status;            /* waitpid status of our engine, -1 never ran */
+    uint32_t fences;             /* fences completed successfully */
+    uint32_t nnodes;
+    int32_t *node_status;        /* per node: waitpid status, -1 missing (malloc'd) */
+    uint32_t nfailed;            /* nodes missing or not exited with status 0 */
+    char message[512];           /* "" on success, else names nodes and reasons */
+};
+
+/* Run the engine under an embedded PMIx server. Returns 0 when every node's
+ * engine exited with status 0, or -1 with errno: EIO (some engine failed or
+ * a node is missing; out->message says which), ETIMEDOUT (deadline; engine
+ * killed), EINVAL (configuration), EPERM (not running as cfg->uid/gid: the
+ * caller must drop privileges first), ECONNRESET (lost the control plane),
+ * EPROTO (PMIx server error, logged). *out is filled in every case once the
+ * arguments are valid (after EINVAL it holds nothing to free); free it with
+ * sh_pmix_outcome_free. EINVAL returns at once, without taking part in the
+ * collective sequence (the others then see this node as missing); every other
+ * failure is reported to all nodes through it. */
+int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out);
+
+void sh_pmix_outcome_free(struct sh_pmix_outcome *out);
+
+/* "stagehand.<jobid>.<16 random hex digits>": a fresh namespace per run, so
+ * that a rerun never meets state of an earlier one. Returns 0 or -1 (EIO from
+ * the RNG, ENAMETOOLONG when @len is too small). */
+int sh_pmix_make_nspace(uint64_t jobid, char *buf, size_t len);
+
+#endif

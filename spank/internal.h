@@ -1,0 +1,91 @@
+/* State shared by the context modules of stagehand.so.
+ *
+ *   stagehand.c  slurm_spank_* entry points only; dispatch on spank_context()
+ *   args.c       plugstack arguments (loaded once per process), option
+ *                registration and the option callbacks (every context)
+ *   submit.c     sbatch/salloc (allocator) and srun (local): submit checks,
+ *                hand the spec to the prolog
+ *   prolog.c     slurmd prolog/epilog (job-script context): start the
+ *                agent, record the outcome in the status file
+ *   remote.c     slurmstepd (remote context): fail the step or export the
+ *                staged paths
+ *
+ * Nothing here is exported from the .so (stagehand.map). */
+#ifndef STAGEHAND_SPANK_INTERNAL_H
+#define STAGEHAND_SPANK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <slurm/spank.h>
+
+#include "stagehand/config.h"
+#include "stagehand/spec.h"
+
+#define SH_PLUGIN_ERR_MAX 1024
+
+struct sh_plugin_state {
+    /* plugstack arguments, see sh_plugin_load_config() */
+    bool config_loaded;
+    bool config_ok;
+    struct sh_config config;
+    char config_error[SH_PLUGIN_ERR_MAX];
+
+    /* Every distinct --stage-image value seen by the option callback in this
+     * process, in order (Slurm calls the callback again for the same value:
+     * an identical value is stored once; case F27). All contexts. In the
+     * remote context only the job's last value arrives (Slurm keeps one
+     * optarg per option; read in Slurm 22.05's spank.c, not yet measured),
+     * so remote code must not rebuild the job's image list from these: the
+     * prolog's status file is authoritative there. sbatch/salloc also put
+     * the whole spec into the job's environment as SLURM_SPANK_STAGEHAND_SPEC
+     * (Slurm's _set_spank_env(); submit.c uses it for srun inside a job). */
+    char *values[SH_SPEC_MAX_IMAGES];
+    size_t n_values;
+
+    /* --stage-verbose was given (all contexts). */
+    bool verbose_opt;
+
+    /* Allocator/local only: images of every value given to this command,
+     * parsed and checked by submit.c (NULL until the first value). */
+    struct sh_spec_set *specs;
+};
+
+extern struct sh_plugin_state sh_plugin;
+
+/* Parse the plugstack arguments once per process. A bad configuration is
+ * remembered (config_ok false, config_error set) and logged once; it is not
+ * an error for the caller: only jobs that use --stage-image are refused
+ * (DESIGN.md §3). Returns &sh_plugin.config when the config is usable, else
+ * NULL. */
+const struct sh_config *sh_plugin_load_config(int ac, char **av);
+
+/* slurm_spank_init in allocator, local and remote context: load the config
+ * and register --stage-image and --stage-verbose. Returns 0 or -1. */
+int sh_args_register(spank_t sp, int ac, char **av);
+
+/* Free what the option callbacks and submit.c allocated (slurm_spank_exit). */
+void sh_args_free(void);
+
+/* Allocator/local: parse one --stage-image value into sh_plugin.specs.
+ * Called by the option callback; prints the user's error and returns -1 on a
+ * bad value (the command then exits non-zero). */
+int sh_submit_option(const char *value);
+
+/* Allocator/local slurm_spank_init_post_opt: submit-time checks of every
+ * image and spank_job_control_setenv() of the canonical spec. Returns 0, or
+ * -1 after printing "stagehand: --stage-image=<value>: <reason>". */
+int sh_submit_post_opt(spank_t sp);
+
+/* Job-script context: job prolog / epilog (prolog.c). The prolog returns -1
+ * only for a node fault under on_node_fault=drain. */
+int sh_prolog_run(spank_t sp, int ac, char **av);
+int sh_epilog_run(spank_t sp, int ac, char **av);
+
+/* Remote context (remote.c): user_init reads the status file and exports
+ * the staged paths; task_init fails each task of a failed staging with the
+ * message on the task's stderr. */
+int sh_remote_user_init(spank_t sp);
+int sh_remote_task_init(spank_t sp);
+
+#endif

@@ -1,0 +1,365 @@
+/* stagehand.so, job-script context (slurmd prolog and epilog, as root).
+ *
+ * The prolog forks stagehand-agent as root with its own process group, hands
+ * it its inputs through a pipe (never argv or the environment: F19), reads
+ * its outcome from another pipe within the staging deadline, kills the
+ * process group on expiry and records the outcome in a root-owned status file
+ * that slurmstepd reads at step start (remote.c). It returns an error to
+ * slurmd only for a node fault under on_node_fault=drain: a required plugin's
+ * prolog error drains the node and requeues+holds the job (measured), which
+ * is never right for a user's mistake (DESIGN.md §3). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+#include "internal.h"
+#include "stagehand/agentio.h"
+#include "stagehand/kv.h"
+#include "stagehand/rmtree.h"
+#include "stagehand/status.h"
+
+/* Seconds the agent gets beyond the staging deadline to report and clean up
+ * before its process group is killed. */
+#define PROLOG_GRACE_S 10
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Create the root-owned runtime directory /run/stagehand (0755), refusing a
+ * symlink or a directory owned by anyone else. */
+static int ensure_runtime_dir(void)
+{
+    struct stat sb;
+
+    if (mkdir(SH_RUNTIME_DIR, 0755) != 0 && errno != EEXIST)
+        return -1;
+    if (lstat(SH_RUNTIME_DIR, &sb) != 0)
+        return -1;
+    if (!S_ISDIR(sb.st_mode) || sb.st_uid != 0 || (sb.st_mode & 022) != 0) {
+        errno = EPERM;
+        return -1;
+    }
+    return 0;
+}
+
+static const char *env_or(const char *name, const char *alt)
+{
+    const char *v = getenv(name);
+
+    if ((v == NULL || v[0] == '\0') && alt != NULL)
+        v = getenv(alt);
+    return v != NULL ? v : "";
+}
+
+/* Write the agent's inputs (stagehand/agentio.h) to @fd. */
+static int write_inputs(int fd, const char *spec, uint32_t jobid, uid_t uid,
+                        gid_t gid, int ac, char **av)
+{
+    FILE *f = fdopen(fd, "w");
+    int rc = 0;
+
+    if (f == NULL)
+        return -1;
+    rc |= sh_kv_putf(f, SH_AGENT_IN_VERSION, "%d", SH_AGENT_PROTO_VERSION);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_JOBID, "%u", jobid);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_UID, "%u", (unsigned)uid);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_GID, "%u", (unsigned)gid);
+    rc |= sh_kv_put(f, SH_AGENT_IN_USER, env_or("SLURM_JOB_USER", NULL));
+    /* 22.05 names it SLURM_NODELIST in the prolog; SLURM_JOB_NODELIST from
+     * 23.11 (measured-facts.md, F26). */
+    rc |= sh_kv_put(f, SH_AGENT_IN_NODELIST,
+                    env_or("SLURM_JOB_NODELIST", "SLURM_NODELIST"));
+    rc |= sh_kv_put(f, SH_AGENT_IN_NODENAME, env_or("SLURMD_NODENAME", NULL));
+    rc |= sh_kv_put(f, SH_AGENT_IN_CLUSTER, env_or("SLURM_CLUSTER_NAME", NULL));
+    rc |= sh_kv_put(f, SH_AGENT_IN_SPEC, spec);
+    for (int i = 0; i < ac; i++)
+        rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
+    rc |= fprintf(f, "%s\n", SH_AGENT_IN_END) < 0 ? -1 : 0;
+    if (fclose(f) != 0)
+        rc = -1;
+    return rc == 0 ? 0 : -1;
+}
+
+struct agent_result {
+    bool have_result;
+    bool ok;
+    bool node_fault;
+    char message[SH_STATUS_LINE_MAX];
+    struct sh_status status;
+};
+
+static void parse_output_line(char *line, struct agent_result *res)
+{
+    char *key, *value;
+
+    if (sh_kv_split(line, &key, &value) != 0)
+        return;
+    if (strcmp(key, SH_AGENT_OUT_RESULT) == 0) {
+        res->have_result = true;
+        res->ok = strcmp(value, "ok") == 0;
+    } else if (strcmp(key, SH_AGENT_OUT_FAULT) == 0) {
+        res->node_fault = strcmp(value, "node") == 0;
+    } else if (strcmp(key, SH_AGENT_OUT_MESSAGE) == 0) {
+        snprintf(res->message, sizeof(res->message), "%s", value);
+    } else if (strcmp(key, SH_AGENT_OUT_SUMMARY) == 0) {
+        sh_status_add_summary(&res->status, value);
+    } else if (strcmp(key, SH_AGENT_OUT_LOG) == 0) {
+        slurm_info("%s", value);
+    }
+}
+
+/* Read the agent's output until EOF or @deadline; returns 0 at EOF, -1 with
+ * errno = ETIMEDOUT at the deadline. */
+static int read_outputs(int fd, int64_t deadline, struct agent_result *res)
+{
+    char buf[SH_KV_LINE_MAX * 2];
+    size_t used = 0;
+
+    for (;;) {
+        int64_t left = deadline - now_ns();
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+        ssize_t n;
+        int pr;
+
+        if (left <= 0) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        pr = poll(&pfd, 1, (int)(left / 1000000 + 1));
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            continue;
+        n = read(fd, buf + used, sizeof(buf) - 1 - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        used += (size_t)n;
+        buf[used] = '\0';
+        for (;;) {
+            char *nl = memchr(buf, '\n', used);
+            size_t len;
+
+            if (nl == NULL) {
+                if (used == sizeof(buf) - 1)
+                    used = 0; /* an over-long line: drop it */
+                break;
+            }
+            *nl = '\0';
+            len = (size_t)(nl - buf) + 1;
+            parse_output_line(buf, res);
+            memmove(buf, buf + len, used - len);
+            used -= len;
+            buf[used] = '\0';
+        }
+    }
+}
+
+/* Child side of the fork: become the agent. Never returns. */
+static void exec_agent(const char *agent, int in_fd, int out_fd)
+{
+    static char arg0[] = "stagehand-agent";
+    static char arg1[] = "--prolog";
+    static char env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+    char *argv[] = { arg0, arg1, NULL };
+    char *envp[] = { env_path, NULL };
+    setsid();
+    /* slurmd's prolog process may run with fd 0-2 closed, so a pipe end can
+     * be fd 0 or 1 already: move both above 2 first, then onto 0 and 1
+     * (dup2 clears close-on-exec on the copies). */
+    in_fd = fcntl(in_fd, F_DUPFD_CLOEXEC, 3);
+    out_fd = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
+    if (in_fd < 0 || out_fd < 0 || dup2(in_fd, STDIN_FILENO) < 0 ||
+        dup2(out_fd, STDOUT_FILENO) < 0)
+        _exit(127);
+    if (fcntl(STDERR_FILENO, F_GETFD) < 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0 && fd != STDERR_FILENO) {
+            dup2(fd, STDERR_FILENO);
+            close(fd);
+        }
+    }
+    /* The agent logs through its output pipe ("log=" lines); its stderr
+     * stays slurmd's for a crash. Leak no other slurmd descriptor. */
+    close_range(3, ~0U, 0);
+    signal(SIGPIPE, SIG_DFL);
+    execve(agent, argv, envp);
+    fprintf(stderr, "stagehand: prolog: cannot execute agent %s: %s\n", agent,
+            strerror(errno));
+    _exit(127);
+}
+
+static void fill_images(struct sh_status *st, const char *spec)
+{
+    char err[256];
+    struct sh_spec_set *set = sh_spec_set_deserialize(spec, err, sizeof(err));
+
+    if (set == NULL)
+        return;
+    for (size_t i = 0; i < sh_spec_set_count(set); i++)
+        sh_status_add_image(st, sh_spec_set_dst(set, i));
+    sh_spec_set_free(set);
+}
+
+int sh_prolog_run(spank_t sp, int ac, char **av)
+{
+    const char *spec = getenv(SH_SPEC_PROLOG_ENV);
+    const struct sh_config *cfg;
+    struct agent_result res;
+    char status_path[512];
+    uint32_t jobid = 0;
+    uid_t uid = (uid_t)-1;
+    gid_t gid = (gid_t)-1;
+    int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
+    int64_t deadline;
+    pid_t pid;
+    int wstatus = 0, rc;
+
+    if (spec == NULL || spec[0] == '\0')
+        return 0; /* the job did not ask for staging */
+    memset(&res, 0, sizeof(res));
+    snprintf(res.status.node, sizeof(res.status.node), "%s",
+             env_or("SLURMD_NODENAME", NULL));
+    fill_images(&res.status, spec);
+
+    if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
+        slurm_error("stagehand: prolog: cannot get job id/uid/gid");
+        return 0;
+    }
+    if (ensure_runtime_dir() != 0) {
+        slurm_error("stagehand: prolog: job %u: runtime directory %s: %s",
+                    jobid, SH_RUNTIME_DIR, strerror(errno));
+        return sh_plugin.config.on_node_fault == SH_FAULT_DRAIN ? -1 : 0;
+    }
+    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, status_path,
+                       sizeof(status_path)) != 0)
+        return 0;
+
+    cfg = sh_plugin_load_config(ac, av);
+    if (cfg == NULL) {
+        snprintf(res.message, sizeof(res.message),
+                 "stagehand is misconfigured on this cluster: %.900s",
+                 sh_plugin.config_error);
+        goto record;
+    }
+
+    if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) {
+        snprintf(res.message, sizeof(res.message), "pipe: %s", strerror(errno));
+        res.node_fault = true;
+        goto record;
+    }
+    pid = fork();
+    if (pid < 0) {
+        snprintf(res.message, sizeof(res.message), "fork: %s", strerror(errno));
+        res.node_fault = true;
+        goto record;
+    }
+    if (pid == 0) {
+        close(in_pipe[1]);
+        close(out_pipe[0]);
+        exec_agent(cfg->agent, in_pipe[0], out_pipe[1]);
+    }
+    close(in_pipe[0]);
+    close(out_pipe[1]);
+    in_pipe[0] = out_pipe[1] = -1;
+    signal(SIGPIPE, SIG_IGN);
+    if (write_inputs(in_pipe[1], spec, jobid, uid, gid, ac, av) != 0)
+        slurm_error("stagehand: prolog: job %u: cannot pass inputs to the agent: %s",
+                    jobid, strerror(errno));
+    in_pipe[1] = -1; /* closed by fclose */
+
+    deadline = now_ns() + (int64_t)cfg->timeout_ns + PROLOG_GRACE_S * 1000000000LL;
+    if (read_outputs(out_pipe[0], deadline, &res) != 0) {
+        kill(-pid, SIGKILL);
+        res.have_result = false;
+        snprintf(res.message, sizeof(res.message),
+                 "staging did not finish within the deadline (%llu s): agent killed",
+                 (unsigned long long)(cfg->timeout_ns / 1000000000ULL));
+    }
+    close(out_pipe[0]);
+    out_pipe[0] = -1;
+    /* The agent closed its output: it is exiting. Reap it, bounded. */
+    for (int i = 0; i < 100; i++) {
+        rc = (int)waitpid(pid, &wstatus, WNOHANG);
+        if (rc == pid || (rc < 0 && errno != EINTR))
+            break;
+        if (i == 99) {
+            kill(-pid, SIGKILL);
+            waitpid(pid, &wstatus, 0);
+            break;
+        }
+        usleep(50000);
+    }
+    if (!res.have_result && res.message[0] == '\0') {
+        if (WIFSIGNALED(wstatus))
+            snprintf(res.message, sizeof(res.message),
+                     "agent killed by signal %d", WTERMSIG(wstatus));
+        else
+            snprintf(res.message, sizeof(res.message),
+                     "agent exited with status %d without a result",
+                     WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
+        res.node_fault = true;
+    }
+
+record:
+    res.status.ok = res.have_result && res.ok;
+    snprintf(res.status.message, sizeof(res.status.message), "%s", res.message);
+    if (sh_status_write(status_path, &res.status) != 0)
+        slurm_error("stagehand: prolog: job %u: cannot write %s: %s", jobid,
+                    status_path, strerror(errno));
+    if (res.status.ok) {
+        slurm_info("stagehand: job %u: staging done: %s", jobid, res.message);
+        return 0;
+    }
+    slurm_error("stagehand: job %u: staging failed on %s: %s", jobid,
+                res.status.node, res.message);
+    if (res.node_fault && cfg != NULL && cfg->on_node_fault == SH_FAULT_DRAIN)
+        return -1;
+    return 0;
+}
+
+int sh_epilog_run(spank_t sp, int ac, char **av)
+{
+    char path[512], name[32];
+    uint32_t jobid = 0;
+    int rfd;
+
+    (void)ac;
+    (void)av;
+    if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
+        return 0;
+    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) == 0)
+        unlink(path);
+    /* The job's runtime directory belongs to the job user: remove it without
+     * following anything the user may have planted in it. */
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return 0;
+    snprintf(name, sizeof(name), "%u", jobid);
+    if (sh_rmtree_at(rfd, name, 8) != 0)
+        slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
+                    SH_RUNTIME_DIR, name, strerror(errno));
+    close(rfd);
+    return 0;
+}

@@ -1,0 +1,138 @@
+/* stagehand.so, remote context (slurmstepd): at step start, read this node's
+ * staging outcome written by the prolog (prolog.c) and either export the
+ * staged paths to the tasks or fail the step with the message on the task's
+ * stderr (for a batch job that is the job's output file). A job that asked
+ * for staging but has no status on this node never runs without its image. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <slurm/spank.h>
+
+#include "internal.h"
+#include "stagehand/status.h"
+
+/* slurm.h's SLURM_BATCH_SCRIPT; spank.h alone does not define it. */
+#define SH_BATCH_STEP 0xfffffffbU
+#define SUMMARY_SHOWN_ENV "STAGEHAND_SUMMARY_SHOWN"
+
+static struct {
+    bool asked;           /* the job asked for staging */
+    bool failed;          /* fail every task of this step */
+    bool show_summary;    /* print the per-image summary (task 0) */
+    char message[SH_STATUS_LINE_MAX + 512];
+    struct sh_status status;
+} remote;
+
+static bool job_asked(spank_t sp)
+{
+    char buf[16];
+
+    if (sh_plugin.n_values > 0)
+        return true;
+    /* sbatch/salloc put the spec into the job's environment as well. */
+    return spank_getenv(sp, "SLURM_SPANK_" SH_SPEC_ENV, buf, sizeof(buf)) !=
+               ESPANK_ENV_NOEXIST;
+}
+
+static void export_images(spank_t sp, const struct sh_status *st)
+{
+    char name[64], list[8192];
+    size_t used = 0;
+
+    if (st->n_images == 0)
+        return;
+    spank_setenv(sp, "STAGEHAND_IMAGE", st->image[0], 1);
+    list[0] = '\0';
+    for (size_t i = 0; i < st->n_images; i++) {
+        int n;
+
+        snprintf(name, sizeof(name), "STAGEHAND_IMAGE_%zu", i);
+        spank_setenv(sp, name, st->image[i], 1);
+        n = snprintf(list + used, sizeof(list) - used, "%s%s",
+                     i > 0 ? ":" : "", st->image[i]);
+        if (n > 0 && (size_t)n < sizeof(list) - used)
+            used += (size_t)n;
+    }
+    snprintf(name, sizeof(name), "%zu", st->n_images);
+    spank_setenv(sp, "STAGEHAND_IMAGE_COUNT", name, 1);
+    spank_setenv(sp, "STAGEHAND_IMAGES", list, 1);
+}
+
+int sh_remote_user_init(spank_t sp)
+{
+    char path[512], shown[8];
+    uint32_t jobid = 0, stepid = 0;
+    int rc;
+
+    if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
+        return 0;
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
+        stepid = 0;
+    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) != 0)
+        return 0;
+    rc = sh_status_read(path, &remote.status);
+    if (rc != 0 && errno == ENOENT) {
+        if (!job_asked(sp))
+            return 0;
+        remote.asked = remote.failed = true;
+        snprintf(remote.message, sizeof(remote.message),
+                 "--stage-image: job %u has no staging status on this node: the "
+                 "job prolog did not run stagehand here. Is PrologFlags=Alloc "
+                 "set in slurm.conf, and was slurmd restarted after stagehand "
+                 "was installed?", jobid);
+        return 0;
+    }
+    remote.asked = true;
+    if (rc != 0) {
+        remote.failed = true;
+        snprintf(remote.message, sizeof(remote.message),
+                 "--stage-image: cannot read the staging status %s: %s", path,
+                 strerror(errno));
+        return 0;
+    }
+    if (!remote.status.ok) {
+        remote.failed = true;
+        snprintf(remote.message, sizeof(remote.message),
+                 "--stage-image failed: %s", remote.status.message);
+        return 0;
+    }
+    export_images(sp, &remote.status);
+    /* The summary goes once into the job's output: in the batch step, or in
+     * the first step of a job without one (srun/salloc). */
+    if ((sh_plugin.verbose_opt || sh_plugin.config.verbose ||
+         getenv("SPANK_" SH_VERBOSE_ENV) != NULL ||
+         spank_getenv(sp, "SLURM_SPANK_" SH_VERBOSE_ENV, shown, sizeof(shown)) ==
+             ESPANK_SUCCESS) &&
+        spank_getenv(sp, SUMMARY_SHOWN_ENV, shown, sizeof(shown)) ==
+            ESPANK_ENV_NOEXIST) {
+        remote.show_summary = true;
+        spank_setenv(sp, SUMMARY_SHOWN_ENV, "1", 1);
+    }
+    (void)stepid;
+    return 0;
+}
+
+int sh_remote_task_init(spank_t sp)
+{
+    uint32_t taskid = 0;
+
+    if (!remote.asked)
+        return 0;
+    if (remote.failed) {
+        fprintf(stderr, "stagehand: %s\n", remote.message);
+        fflush(stderr);
+        return -1;
+    }
+    if (remote.show_summary &&
+        spank_get_item(sp, S_TASK_GLOBAL_ID, &taskid) == ESPANK_SUCCESS &&
+        taskid == 0) {
+        for (size_t i = 0; i < remote.status.n_summaries; i++)
+            fprintf(stderr, "stagehand: %s\n", remote.status.summary[i]);
+        fflush(stderr);
+    }
+    return 0;
+}

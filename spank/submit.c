@@ -1,0 +1,277 @@
+/* stagehand.so in sbatch/salloc (allocator context) and srun (local
+ * context), running as the submitting user: parse and check every
+ * --stage-image value, then hand one canonical spec to the prolog.
+ *
+ * Every user error is printed as
+ *     stagehand: --stage-image=<value>: <reason>
+ * and makes the command exit non-zero before a job exists (DESIGN.md §3). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <slurm/spank.h>
+
+#include "internal.h"
+
+/* sbatch and salloc copy their job-control environment into the job's
+ * environment with a "SLURM_SPANK_" prefix (Slurm 22.05 _set_spank_env()).
+ * That holds the option's last value, under the option's env name, which an
+ * srun inside the job turns into an option callback; and our whole spec. */
+#define INHERITED_ENV "SLURM_SPANK__SLURM_SPANK_OPTION_stagehand_stage_image"
+#define JOB_SPEC_ENV "SLURM_SPANK_" SH_SPEC_ENV
+
+#define SHOW_MAX 320
+#define REASON_MAX 2048
+
+static void user_error(const char *value, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void user_error(const char *value, const char *fmt, ...)
+{
+    char show[SHOW_MAX];
+    char reason[REASON_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    slurm_error("stagehand: --stage-image=%s: %s",
+                sh_spec_display(value, show, sizeof(show)), reason);
+}
+
+/* srun inside an existing job (sbatch script, salloc shell). */
+static bool inside_allocation(void)
+{
+    return spank_context() == S_CTX_LOCAL &&
+           (getenv("SLURM_JOB_ID") != NULL || getenv("SLURM_JOBID") != NULL);
+}
+
+static bool set_has(const struct sh_spec_set *set, const char *src,
+                    const char *dst)
+{
+    for (size_t i = 0; i < sh_spec_set_count(set); i++)
+        if (strcmp(sh_spec_set_src(set, i), src) == 0 &&
+            strcmp(sh_spec_set_dst(set, i), dst) == 0)
+            return true;
+    return false;
+}
+
+/* Every image of @value is one the job's prolog staged already. */
+static bool in_job_spec(const char *value, const char *default_dir)
+{
+    const char *text = getenv(JOB_SPEC_ENV);
+    struct sh_spec_set *job, *mine;
+    char err[REASON_MAX];
+    bool all = false;
+
+    if (text == NULL)
+        return false;
+    job = sh_spec_set_deserialize(text, err, sizeof(err));
+    mine = sh_spec_set_new();
+    if (job != NULL && mine != NULL &&
+        sh_spec_add_value(mine, value, default_dir, err, sizeof(err)) == 0) {
+        all = true;
+        for (size_t i = 0; i < sh_spec_set_count(mine); i++)
+            if (!set_has(job, sh_spec_set_src(mine, i),
+                         sh_spec_set_dst(mine, i)))
+                all = false;
+    }
+    sh_spec_set_free(mine);
+    sh_spec_set_free(job);
+    return all;
+}
+
+static int user_name(char *buf, size_t len)
+{
+    struct passwd pw, *res = NULL;
+    char pwbuf[4096];
+    uid_t uid = getuid();
+    int rc = getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &res);
+
+    if (rc != 0 || res == NULL || strlen(pw.pw_name) >= len) {
+        errno = rc != 0 ? rc : ENOENT;
+        return -1;
+    }
+    memcpy(buf, pw.pw_name, strlen(pw.pw_name) + 1);
+    return 0;
+}
+
+int sh_submit_option(const char *value)
+{
+    char user[256], dir[PATH_MAX], err[REASON_MAX];
+
+    /* Issue 4: a value the step inherited from its job never re-stages;
+     * the job's prolog staged it. */
+    if (inside_allocation()) {
+        const char *last = getenv(INHERITED_ENV);
+
+        if (last != NULL && strcmp(last, value) == 0)
+            return 0;
+    }
+    if (!sh_plugin.config_ok) {
+        user_error(value, "stagehand is misconfigured on this cluster: %s",
+                   sh_plugin.config_error);
+        return -1;
+    }
+    if (user_name(user, sizeof(user)) != 0) {
+        user_error(value, "cannot find the user name of uid %u: %s",
+                   (unsigned)getuid(), strerror(errno));
+        return -1;
+    }
+    if (sh_config_default_dir(&sh_plugin.config, user, dir,
+                              sizeof(dir)) != 0) {
+        user_error(value, "cannot form the default destination for user "
+                   "'%s': %s", user, strerror(errno));
+        return -1;
+    }
+    if (inside_allocation()) {
+        /* Given again on an srun, but staged by the job already. */
+        if (in_job_spec(value, dir))
+            return 0;
+        /* case F28: never silently do nothing. */
+        user_error(value, "staging from srun inside an existing job is not "
+                   "supported yet: give --stage-image to the sbatch or "
+                   "salloc that creates the job");
+        return -1;
+    }
+    if (sh_plugin.specs == NULL) {
+        sh_plugin.specs = sh_spec_set_new();
+        if (sh_plugin.specs == NULL) {
+            user_error(value, "out of memory");
+            return -1;
+        }
+    }
+    if (sh_spec_add_value(sh_plugin.specs, value, dir, err,
+                          sizeof(err)) != 0) {
+        user_error(value, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    return "not a regular file";
+}
+
+/* SRC must be a regular file this user can open for reading (DESIGN.md §5;
+ * case F17c: FIFOs and devices would hang or never end; case F18: typos and
+ * permissions are caught here, before a job exists). */
+static int check_source(const char *value, const char *src)
+{
+    char show[SHOW_MAX];
+    struct stat st;
+    int fd;
+
+    sh_spec_display(src, show, sizeof(show));
+    /* stat first: opening a device can have side effects. */
+    if (stat(src, &st) == 0 && !S_ISREG(st.st_mode)) {
+        user_error(value, "source '%s' is %s, not a regular file", show,
+                   file_kind(st.st_mode));
+        return -1;
+    }
+    fd = open(src, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+
+        if (e == ENOENT)
+            user_error(value, "source '%s' does not exist%s", show,
+                       strchr(value, ',') != NULL
+                           ? " (',' separates images; write a ',' that is "
+                             "part of a path as '\\,')"
+                           : "");
+        else if (e == EACCES)
+            user_error(value, "source '%s' is not readable by you: %s", show,
+                       strerror(e));
+        else
+            user_error(value, "cannot open source '%s': %s", show,
+                       strerror(e));
+        return -1;
+    }
+    /* The file may have been replaced since stat(): decide on the fd. */
+    if (fstat(fd, &st) != 0) {
+        user_error(value, "cannot stat source '%s': %s", show,
+                   strerror(errno));
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    if (!S_ISREG(st.st_mode)) {
+        user_error(value, "source '%s' is %s, not a regular file", show,
+                   file_kind(st.st_mode));
+        return -1;
+    }
+    return 0;
+}
+
+int sh_submit_post_opt(spank_t sp)
+{
+    const struct sh_config *cfg = &sh_plugin.config;
+    char err[REASON_MAX];
+    size_t n;
+    char *wire;
+    spank_err_t rc;
+    int failed = 0;
+
+    if (sh_plugin.specs == NULL || sh_spec_set_count(sh_plugin.specs) == 0)
+        return 0;
+    if (!sh_plugin.config_ok)
+        return -1; /* already reported by sh_submit_option() */
+    n = sh_spec_set_count(sh_plugin.specs);
+    /* Report every bad image at once, not one per attempt. */
+    for (size_t i = 0; i < n; i++) {
+        const char *value = sh_spec_set_origin(sh_plugin.specs, i);
+        const char *src = sh_spec_set_src(sh_plugin.specs, i);
+        const char *dst = sh_spec_set_dst(sh_plugin.specs, i);
+
+        if (sh_config_check_dest(cfg, dst, err, sizeof(err)) != 0) {
+            user_error(value, "%s", err);
+            failed = 1;
+        }
+        if (cfg->submit_check && check_source(value, src) != 0)
+            failed = 1;
+    }
+    if (failed)
+        return -1;
+    wire = sh_spec_set_serialize(sh_plugin.specs);
+    if (wire == NULL) {
+        slurm_error("stagehand: --stage-image: cannot encode the spec: %s",
+                    strerror(errno));
+        return -1;
+    }
+    rc = spank_job_control_setenv(sp, SH_SPEC_ENV, wire, 1);
+    free(wire);
+    if (rc != ESPANK_SUCCESS) {
+        slurm_error("stagehand: --stage-image: cannot pass the spec to the "
+                    "prolog: %s", spank_strerror(rc));
+        return -1;
+    }
+    if (sh_plugin.verbose_opt) {
+        rc = spank_job_control_setenv(sp, SH_VERBOSE_ENV, "1", 1);
+        if (rc != ESPANK_SUCCESS) {
+            slurm_error("stagehand: --stage-verbose: cannot pass it to the "
+                        "prolog: %s", spank_strerror(rc));
+            return -1;
+        }
+    }
+    return 0;
+}

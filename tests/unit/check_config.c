@@ -1,0 +1,343 @@
+/* Unit tests: plugstack.conf arguments and the DST path policy. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stagehand/config.h"
+
+#define MAXARGS 8
+
+static int parse(struct sh_config *cfg, char *err, size_t errlen,
+                 const char *a0, const char *a1, const char *a2)
+{
+    const char *argv[MAXARGS];
+    int argc = 0;
+
+    if (a0 != NULL)
+        argv[argc++] = a0;
+    if (a1 != NULL)
+        argv[argc++] = a1;
+    if (a2 != NULL)
+        argv[argc++] = a2;
+    return sh_config_parse(cfg, argc, argv, err, errlen);
+}
+
+START_TEST(defaults)
+{
+    struct sh_config cfg;
+    char err[512] = "";
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           NULL, NULL), 0);
+    ck_assert_str_eq(err, "");
+    ck_assert_uint_eq(cfg.n_allowed_dest, 1);
+    ck_assert_str_eq(cfg.allowed_dest[0], "/nvme");
+    ck_assert_str_eq(cfg.default_dest, "/nvme/stage/%u");
+    ck_assert_str_eq(cfg.key_file, "/etc/slurm/stagehand.key");
+    ck_assert_str_eq(cfg.agent, SH_AGENT_PATH);
+    ck_assert_str_eq(cfg.engine, SH_ENGINE_PATH);
+    ck_assert_str_eq(cfg.mpi_env, "");
+    ck_assert_uint_eq(cfg.port_base, 7300);
+    ck_assert_uint_eq(cfg.port_range, 1000);
+    ck_assert_uint_eq(cfg.fanout, 32);
+    ck_assert_uint_eq(cfg.segment_size, 8ULL << 20);
+    ck_assert_uint_eq(cfg.pipeline_depth, 4);
+    ck_assert_uint_eq(cfg.timeout_ns, 600ULL * 1000000000ULL);
+    ck_assert_int_eq(cfg.check, SH_CHECK_META);
+    ck_assert_int_eq(cfg.hash, SH_HASH_XXH3);
+    ck_assert_int_eq(cfg.on_node_fault, SH_FAULT_FAIL);
+    ck_assert(cfg.submit_check);
+    ck_assert(!cfg.verbose);
+    ck_assert(!cfg.allow_shared_dst);
+    ck_assert_str_eq(sh_check_name(cfg.check), "meta");
+    ck_assert_str_eq(sh_hash_name(cfg.hash), "xxh3");
+    ck_assert_str_eq(sh_config_fault_name(cfg.on_node_fault), "fail");
+}
+END_TEST
+
+START_TEST(every_key)
+{
+    static const char *const argv[] = {
+        "allowed_dest=/nvme:/scratch/local//:/mnt/./ssd",
+        "default_dest=/scratch/local/%u/img%%",
+        "key_file=/etc/stagehand/site.key",
+        "agent=/opt/sh/libexec/stagehand-agent",
+        "engine=/opt/sh/bin/stagehand-bcast",
+        "port_base=20000",
+        "port_range=45536",
+        "fanout=4",
+        "segment_size=64MiB",
+        "pipeline_depth=8",
+        "timeout=15m",
+        "check=content",
+        "hash=sha256",
+        "mpi_env=/etc/stagehand/mpi.env",
+        "on_node_fault=drain",
+        "submit_check=no",
+        "verbose=yes",
+        "allow_shared_dst=yes",
+    };
+    struct sh_config cfg;
+    char err[512] = "", dir[PATH_MAX];
+
+    ck_assert_msg(sh_config_parse(&cfg, (int)(sizeof(argv) / sizeof(argv[0])),
+                                  argv, err, sizeof(err)) == 0, "%s", err);
+    ck_assert_uint_eq(cfg.n_allowed_dest, 3);
+    ck_assert_str_eq(cfg.allowed_dest[0], "/nvme");
+    ck_assert_str_eq(cfg.allowed_dest[1], "/scratch/local");
+    ck_assert_str_eq(cfg.allowed_dest[2], "/mnt/ssd");
+    ck_assert_str_eq(cfg.default_dest, "/scratch/local/%u/img%%");
+    ck_assert_str_eq(cfg.key_file, "/etc/stagehand/site.key");
+    ck_assert_str_eq(cfg.agent, "/opt/sh/libexec/stagehand-agent");
+    ck_assert_str_eq(cfg.engine, "/opt/sh/bin/stagehand-bcast");
+    ck_assert_uint_eq(cfg.port_base, 20000);
+    ck_assert_uint_eq(cfg.port_range, 45536);
+    ck_assert_uint_eq(cfg.fanout, 4);
+    ck_assert_uint_eq(cfg.segment_size, 64ULL << 20);
+    ck_assert_uint_eq(cfg.pipeline_depth, 8);
+    ck_assert_uint_eq(cfg.timeout_ns, 900ULL * 1000000000ULL);
+    ck_assert_int_eq(cfg.check, SH_CHECK_CONTENT);
+    ck_assert_int_eq(cfg.hash, SH_HASH_SHA256);
+    ck_assert_str_eq(cfg.mpi_env, "/etc/stagehand/mpi.env");
+    ck_assert_int_eq(cfg.on_node_fault, SH_FAULT_DRAIN);
+    ck_assert(!cfg.submit_check);
+    ck_assert(cfg.verbose);
+    ck_assert(cfg.allow_shared_dst);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "alice", dir, sizeof(dir)),
+                     0);
+    ck_assert_str_eq(dir, "/scratch/local/alice/img%");
+}
+END_TEST
+
+START_TEST(check_words)
+{
+    static const char *const words[] = { "meta", "content", "size", "never" };
+    struct sh_config cfg;
+    char arg[64], err[512];
+
+    for (int i = 0; i < 4; i++) {
+        snprintf(arg, sizeof(arg), "check=%s", words[i]);
+        ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                               arg, NULL), 0);
+        ck_assert_int_eq((int)cfg.check, i);
+        ck_assert_str_eq(sh_check_name(cfg.check), words[i]);
+    }
+}
+END_TEST
+
+struct bad_case {
+    const char *arg;    /* added after allowed_dest=/nvme unless NULL */
+    const char *first;  /* replaces allowed_dest=/nvme when set */
+    int err;
+    const char *msg;    /* substring; every message names key and value */
+};
+
+static const struct bad_case bad[] = {
+    { "colour=blue", NULL, EINVAL, "unknown key 'colour' in 'colour=blue'" },
+    { "allowed_dest", NULL, EINVAL, "'allowed_dest': expected key=value" },
+    { "=x", NULL, EINVAL, "expected key=value" },
+    { "fanout=", NULL, EINVAL, "fanout=: empty value" },
+    { "allowed_dest=/scratch", NULL, EINVAL, "given more than once" },
+    { "verbose=yes", "verbose=no", EINVAL, "verbose is given more than once" },
+    { NULL, "verbose=yes", EINVAL, "allowed_dest is required" },
+    { NULL, "allowed_dest=nvme", EINVAL,
+      "allowed_dest=nvme: 'nvme' is not an absolute path" },
+    { NULL, "allowed_dest=/nvme::/x", EINVAL, "empty directory" },
+    { NULL, "allowed_dest=/nvme:", EINVAL, "empty directory" },
+    { NULL, "allowed_dest=/nvme/../etc", EINVAL, "'..'" },
+    { NULL, "allowed_dest=/", EINVAL, "would allow every path" },
+    { NULL, "allowed_dest=//./", EINVAL, "would allow every path" },
+    { NULL, "allowed_dest=/a:/b:/c:/d:/e:/f:/g:/h:/i:/j:/k:/l:/m:/n:/o:/p:/q",
+      ERANGE, "more than 16" },
+    /* case F09: segment size */
+    { "segment_size=4G", NULL, ERANGE, "segment_size=4G: must be more than 0 "
+      "and at most 1G" },
+    { "segment_size=1025M", NULL, ERANGE, "segment_size=1025M" },
+    { "segment_size=0", NULL, ERANGE, "segment_size=0" },
+    { "segment_size=-1", NULL, EINVAL, "segment_size=-1: expected a size" },
+    { "segment_size=8X", NULL, EINVAL, "segment_size=8X" },
+    { "segment_size=99999999999999999999", NULL, ERANGE, "segment_size=" },
+    { "pipeline_depth=0", NULL, ERANGE, "pipeline_depth=0: must be between" },
+    { "pipeline_depth=65", NULL, ERANGE, "pipeline_depth=65" },
+    { "pipeline_depth=4k", NULL, EINVAL, "expected a decimal number" },
+    { "fanout=0", NULL, ERANGE, "fanout=0" },
+    { "fanout=1025", NULL, ERANGE, "fanout=1025" },
+    { "fanout=99999999999999999999999", NULL, ERANGE, "fanout=" },
+    { "port_base=80", NULL, ERANGE, "port_base=80: must be between 1024" },
+    { "port_base=65536", NULL, ERANGE, "port_base=65536" },
+    { "port_range=0", NULL, ERANGE, "port_range=0" },
+    { "port_base=65000", "port_range=1000", ERANGE,
+      "port_base=65000 port_range=1000: ports beyond 65535" },
+    { "timeout=0", NULL, ERANGE, "timeout=0: must be between 1s and 24h" },
+    { "timeout=25h", NULL, ERANGE, "timeout=25h" },
+    { "timeout=10y", NULL, EINVAL, "timeout=10y: expected a duration" },
+    { "check=always", NULL, EINVAL, "check=always: expected meta, content" },
+    { "hash=md5", NULL, EINVAL, "hash=md5: expected xxh3 or sha256" },
+    { "on_node_fault=reboot", NULL, EINVAL, "on_node_fault=reboot" },
+    { "submit_check=true", NULL, EINVAL, "submit_check=true: expected yes or "
+      "no" },
+    { "verbose=1", NULL, EINVAL, "verbose=1" },
+    { "allow_shared_dst=Yes", NULL, EINVAL, "allow_shared_dst=Yes" },
+    { "key_file=stagehand.key", NULL, EINVAL,
+      "key_file=stagehand.key: 'stagehand.key' is not an absolute path" },
+    { "agent=bin/agent", NULL, EINVAL, "agent=bin/agent" },
+    { "engine=/opt/../bin/x", NULL, EINVAL, "engine=/opt/../bin/x" },
+    { "mpi_env=mpi.env", NULL, EINVAL, "mpi_env=mpi.env" },
+    { "default_dest=/scratch/%u", NULL, EINVAL,
+      "default_dest=/scratch/%u: '/scratch/user' is not under allowed_dest" },
+    { "default_dest=/nvme2/%u", NULL, EINVAL, "not under allowed_dest" },
+    { "default_dest=/nvme", NULL, EINVAL, "not under allowed_dest" },
+    { "default_dest=stage/%u", NULL, EINVAL, "default_dest=stage/%u: not an "
+      "absolute path" },
+    { "default_dest=/nvme/%x", NULL, EINVAL, "only %u (user name)" },
+    { "default_dest=/nvme/%", NULL, EINVAL, "only %u" },
+    { "default_dest=/nvme/../%u", NULL, EINVAL, "not a valid path" },
+    { "key_file=/etc/\x1b[31m", NULL, EINVAL, "\\x1b[31m" },
+};
+
+START_TEST(rejects)
+{
+    const struct bad_case *c = &bad[_i];
+    struct sh_config cfg;
+    char err[1024] = "";
+    const char *first = c->first != NULL ? c->first : "allowed_dest=/nvme";
+    int rc;
+
+    /* Cases with .first set and .arg NULL run with first alone; the
+     * port/verbose pairs pass both. */
+    errno = 0;
+    if (c->first != NULL && c->arg != NULL)
+        rc = parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", c->arg,
+                   first);
+    else
+        rc = parse(&cfg, err, sizeof(err), first, c->arg, NULL);
+    ck_assert_msg(rc == -1, "'%s' accepted", c->arg ? c->arg : first);
+    ck_assert_msg(errno == c->err, "'%s': errno %d want %d (%s)",
+                  c->arg ? c->arg : first, errno, c->err, err);
+    ck_assert_msg(strstr(err, c->msg) != NULL, "'%s' lacks '%s'", err,
+                  c->msg);
+}
+END_TEST
+
+START_TEST(sizes_with_units)
+{
+    struct sh_config cfg;
+    char err[512];
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "segment_size=1G", NULL), 0);
+    ck_assert_uint_eq(cfg.segment_size, 1ULL << 30);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "segment_size=1", NULL), 0);
+    ck_assert_uint_eq(cfg.segment_size, 1);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "segment_size=512k", NULL), 0);
+    ck_assert_uint_eq(cfg.segment_size, 512ULL << 10);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "timeout=250ms", NULL), -1); /* under 1s */
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "timeout=24h", NULL), 0);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "port_base=64536", "port_range=1000"), 0);
+}
+END_TEST
+
+/* Component-wise policy: /nvme2 is not under /nvme. */
+START_TEST(dest_policy)
+{
+    struct sh_config cfg;
+    char err[1024] = "";
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err),
+                           "allowed_dest=/nvme:/scratch/local", NULL, NULL),
+                     0);
+    ck_assert_str_eq(sh_config_allowed_root(&cfg, "/nvme/img.sqsh"), "/nvme");
+    ck_assert_str_eq(sh_config_allowed_root(&cfg, "/scratch/local/u/i"),
+                     "/scratch/local");
+    ck_assert_ptr_null(sh_config_allowed_root(&cfg, "/nvme2/img.sqsh"));
+    ck_assert_ptr_null(sh_config_allowed_root(&cfg, "/nvme"));
+    ck_assert_ptr_null(sh_config_allowed_root(&cfg, "/scratch/localx/i"));
+    ck_assert_ptr_null(sh_config_allowed_root(&cfg, "/scratch/i"));
+    ck_assert_ptr_null(sh_config_allowed_root(&cfg, "/etc/passwd"));
+
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/a", err, sizeof(err)),
+                     0);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme2/a", err,
+                                          sizeof(err)), -1);
+    ck_assert_int_eq(errno, EACCES);
+    ck_assert_ptr_nonnull(strstr(err, "destination '/nvme2/a' is not under a "
+                                      "directory this cluster allows for "
+                                      "staging (/nvme, /scratch/local)"));
+    ck_assert_ptr_null(strstr(err, "/tmp"));
+    /* case F23: /tmp and /dev/shm may be per-job namespaces */
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/tmp/img.sqsh", err,
+                                          sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "private to each job"));
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/dev/shm/img.sqsh", err,
+                                          sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "private to each job"));
+}
+END_TEST
+
+START_TEST(default_dir)
+{
+    struct sh_config cfg;
+    char err[512], dir[PATH_MAX];
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           NULL, NULL), 0);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "alice", dir, sizeof(dir)),
+                     0);
+    ck_assert_str_eq(dir, "/nvme/stage/alice");
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "a/b", dir, sizeof(dir)),
+                     -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "..", dir, sizeof(dir)), -1);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "", dir, sizeof(dir)), -1);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "a\nb", dir, sizeof(dir)),
+                     -1);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "alice", dir, 8), -1);
+    ck_assert_int_eq(errno, ENAMETOOLONG);
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "default_dest=/nvme/%u/%u-cache", NULL), 0);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "bob", dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/nvme/bob/bob-cache");
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "default_dest=/nvme/shared", NULL), 0);
+    ck_assert_int_eq(sh_config_default_dir(&cfg, "bob", dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/nvme/shared");
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, every_key);
+    tcase_add_test(tc, check_words);
+    tcase_add_loop_test(tc, rejects, 0, (int)(sizeof(bad) / sizeof(bad[0])));
+    tcase_add_test(tc, sizes_with_units);
+    tcase_add_test(tc, dest_policy);
+    tcase_add_test(tc, default_dir);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(config_suite());
+    int failed;
+
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,559 @@
+/* Control plane (stagehand/ctl.h, handshake.h): node list expansion, the
+ * handshake (a keyless or foreign peer is rejected), and trees of agents as
+ * separate processes on 127.0.0.1: allgather, broadcast, gather, and
+ * deadlines that name the missing nodes (case F21). */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "stagehand/clock.h"
+#include "stagehand/ctl.h"
+#include "stagehand/handshake.h"
+#include "stagehand/log.h"
+
+static void quiet(enum sh_log_level level, const char *line)
+{
+    (void)level;
+    (void)line;
+}
+
+static void setup(void)
+{
+    /* SH_TEST_VERBOSE=1 shows the agents' log lines */
+    if (getenv("SH_TEST_VERBOSE") == NULL)
+        sh_log_set_sink(quiet);
+    else
+        sh_log_set_level(SH_LOG_DEBUG);
+}
+
+START_TEST(tree_shape_and_port)
+{
+    ck_assert_uint_eq(sh_ctl_parent_of(0, 2), 0);
+    ck_assert_uint_eq(sh_ctl_parent_of(1, 2), 0);
+    ck_assert_uint_eq(sh_ctl_parent_of(2, 2), 0);
+    ck_assert_uint_eq(sh_ctl_parent_of(3, 2), 1);
+    ck_assert_uint_eq(sh_ctl_parent_of(6, 2), 2);
+    ck_assert_uint_eq(sh_ctl_parent_of(33, 32), 1);
+    for (uint64_t job = 0; job < 2000; job++) {
+        uint16_t p = sh_ctl_derive_port(job, 0, 7300, 1000);
+        ck_assert_uint_ge(p, 7300);
+        ck_assert_uint_lt(p, 8300);
+    }
+    ck_assert_uint_eq(sh_ctl_derive_port(5, 0, 60000, 1), 60000);
+    ck_assert_uint_ne(sh_ctl_derive_port(5, 0, 7300, 1000),
+                      sh_ctl_derive_port(5, 1, 7300, 1000));
+}
+END_TEST
+
+START_TEST(nodelist)
+{
+    char **list = NULL;
+    uint32_t n = 0, idx = 99;
+
+    ck_assert_int_eq(sh_nodelist_expand("n[1-3],gpu7", &list, &n), 0);
+    ck_assert_uint_eq(n, 4);
+    ck_assert_str_eq(list[0], "n1");
+    ck_assert_str_eq(list[2], "n3");
+    ck_assert_str_eq(list[3], "gpu7");
+    ck_assert_int_eq(sh_nodelist_index(list, n, "n3", &idx), 0);
+    ck_assert_uint_eq(idx, 2);
+    ck_assert_int_eq(sh_nodelist_index(list, n, "n4", &idx), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    sh_nodelist_free(list, n);
+    ck_assert_int_eq(sh_nodelist_expand("node[001-010]", &list, &n), 0);
+    ck_assert_uint_eq(n, 10);
+    ck_assert_str_eq(list[9], "node010");
+    sh_nodelist_free(list, n);
+    ck_assert_int_eq(sh_nodelist_expand("", &list, &n), -1);
+    ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+/* ---- handshake over a socketpair, server in a thread ------------------ */
+
+struct srv {
+    int fd;
+    unsigned char key[SH_KEY_LEN];
+    struct sh_hs_ident me;
+    int rc, err;
+    struct sh_chan chan;
+};
+
+static int accept_one(uint32_t idx, void *arg)
+{
+    (void)arg;
+    return idx == 1;
+}
+
+static void *server_thread(void *p)
+{
+    struct srv *s = p;
+
+    s->rc = sh_hs_server(s->fd, s->key, &s->me, accept_one, NULL, "client",
+                         sh_now_ns() + 3 * SH_NS_PER_S, &s->chan);
+    s->err = errno;
+    if (s->rc != 0)
+        close(s->fd);   /* what the ctl layer does: the client sees EOF */
+    return NULL;
+}
+
+/* Run one handshake; returns the client's rc and errno in *cerr. */
+static int run_hs(unsigned char ckey_flip, uint64_t cjob, uint32_t cidx,
+                  struct srv *s, struct sh_chan *cchan, int *cerr)
+{
+    struct sh_hs_ident cme = { 42, 0, cidx };
+    unsigned char ckey[SH_KEY_LEN];
+    pthread_t th;
+    int sv[2];
+    int rc;
+
+    cme.jobid = cjob;
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    memset(s, 0, sizeof(*s));
+    memset(s->key, 0x11, SH_KEY_LEN);
+    memcpy(ckey, s->key, SH_KEY_LEN);
+    ckey[5] ^= ckey_flip;
+    s->fd = sv[0];
+    s->me = (struct sh_hs_ident){ 42, 0, 0 };
+    ck_assert_int_eq(pthread_create(&th, NULL, server_thread, s), 0);
+    rc = sh_hs_client(sv[1], ckey, &cme, 0, "server", sh_now_ns() + 3 * SH_NS_PER_S,
+                      cchan);
+    *cerr = errno;
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    if (rc != 0)
+        close(sv[1]);
+    return rc;
+}
+
+START_TEST(handshake_ok_and_frames)
+{
+    struct srv s;
+    struct sh_chan c;
+    unsigned char *payload = NULL;
+    uint32_t len = 0;
+    uint16_t type = 0;
+    int cerr = 0;
+
+    ck_assert_int_eq(run_hs(0, 42, 1, &s, &c, &cerr), 0);
+    ck_assert_int_eq(s.rc, 0);
+    ck_assert_uint_eq(s.chan.peer_index, 1);
+    ck_assert_uint_eq(c.peer_index, 0);
+    ck_assert_mem_eq(c.tx.key, s.chan.rx.key, SH_KEY_LEN);
+    ck_assert_mem_eq(c.rx.key, s.chan.tx.key, SH_KEY_LEN);
+    ck_assert(memcmp(c.tx.key, c.rx.key, SH_KEY_LEN) != 0);
+    ck_assert_int_eq(sh_frame_send(c.fd, &c.tx, 5, "vote", 4, sh_now_ns() + SH_NS_PER_S), 0);
+    ck_assert_int_eq(sh_frame_recv(s.chan.fd, &s.chan.rx, 64, "c", &type, &payload, &len,
+                                   sh_now_ns() + SH_NS_PER_S), 0);
+    ck_assert_uint_eq(type, 5);
+    ck_assert_mem_eq(payload, "vote", 4);
+    free(payload);
+    sh_chan_close(&c);
+    sh_chan_close(&s.chan);
+}
+END_TEST
+
+START_TEST(handshake_keyless_client)
+{
+    struct srv s;
+    struct sh_chan c;
+    int cerr = 0;
+
+    /* The client has the wrong key: the server's proof does not verify for
+     * it, so it gives up without proving anything. */
+    ck_assert_int_eq(run_hs(0x40, 42, 1, &s, &c, &cerr), -1);
+    ck_assert_int_eq(cerr, EACCES);
+    ck_assert_int_eq(s.rc, -1);
+}
+END_TEST
+
+/* A rogue client that ignores the server's proof and answers with a guess:
+ * the server rejects it (and logs it). */
+START_TEST(handshake_rogue_client)
+{
+    unsigned char hello[64] = { 'S', 'H', 'H', 'S', 0, 1, 0, 1 };
+    unsigned char ch[96], proof[40] = { 'S', 'H', 'H', 'S', 0, 1, 0, 3 };
+    struct srv s;
+    pthread_t th;
+    int sv[2];
+
+    hello[15] = 42;          /* jobid 42, stepid 0 */
+    hello[27] = 1;           /* from node 1, to node 0 */
+    memset(hello + 32, 0xab, 32);
+    memset(proof + 8, 0xcd, 32);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    memset(&s, 0, sizeof(s));
+    memset(s.key, 0x11, SH_KEY_LEN);
+    s.fd = sv[0];
+    s.me = (struct sh_hs_ident){ 42, 0, 0 };
+    ck_assert_int_eq(pthread_create(&th, NULL, server_thread, &s), 0);
+    ck_assert_int_eq(write(sv[1], hello, sizeof(hello)), (ssize_t)sizeof(hello));
+    ck_assert_int_eq(sh_io_read_full(sv[1], ch, sizeof(ch), NULL,
+                                     sh_now_ns() + 3 * SH_NS_PER_S), 0);
+    ck_assert_int_eq(write(sv[1], proof, sizeof(proof)), (ssize_t)sizeof(proof));
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_int_eq(s.rc, -1);
+    ck_assert_int_eq(s.err, EACCES);
+    close(sv[1]);
+}
+END_TEST
+
+START_TEST(handshake_keyless_server)
+{
+    struct sh_hs_ident cme = { 42, 0, 1 };
+    unsigned char ckey[SH_KEY_LEN];
+    struct sh_chan c;
+    struct srv s;
+    pthread_t th;
+    int sv[2];
+
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    memset(&s, 0, sizeof(s));
+    memset(s.key, 0x22, SH_KEY_LEN);
+    memset(ckey, 0x11, SH_KEY_LEN);
+    s.fd = sv[0];
+    s.me = (struct sh_hs_ident){ 42, 0, 0 };
+    ck_assert_int_eq(pthread_create(&th, NULL, server_thread, &s), 0);
+    ck_assert_int_eq(sh_hs_client(sv[1], ckey, &cme, 0, "server",
+                                  sh_now_ns() + 3 * SH_NS_PER_S, &c), -1);
+    ck_assert_int_eq(errno, EACCES);
+    close(sv[1]);
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_int_eq(s.rc, -1);
+}
+END_TEST
+
+START_TEST(handshake_foreign)
+{
+    struct srv s;
+    struct sh_chan c;
+    int cerr = 0;
+
+    /* another job (e.g. on a probed port): not for us */
+    ck_assert_int_eq(run_hs(0, 43, 1, &s, &c, &cerr), -1);
+    ck_assert_int_eq(s.err, ENXIO);
+    /* a node that is not the server's child */
+    ck_assert_int_eq(run_hs(0, 42, 2, &s, &c, &cerr), -1);
+    ck_assert_int_eq(s.err, ENXIO);
+}
+END_TEST
+
+START_TEST(handshake_garbage)
+{
+    struct srv s;
+    pthread_t th;
+    int sv[2];
+    static const char junk[] = "GET / HTTP/1.0\r\n\r\n GET / HTTP/1.0\r\n\r\n GET / HTTP/1.0\r\n\r\n";
+
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    memset(&s, 0, sizeof(s));
+    s.fd = sv[0];
+    s.me = (struct sh_hs_ident){ 42, 0, 0 };
+    ck_assert_int_eq(pthread_create(&th, NULL, server_thread, &s), 0);
+    ck_assert_int_eq(write(sv[1], junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    ck_assert_int_eq(pthread_join(th, NULL), 0);
+    ck_assert_int_eq(s.rc, -1);
+    ck_assert_int_eq(s.err, EPROTO);
+    close(sv[1]);
+}
+END_TEST
+
+/* ---- trees of processes on 127.0.0.1 ---------------------------------- */
+
+#define MAXN 16
+
+struct tree {
+    uint32_t n, k;
+    uint64_t jobid;
+    uint16_t port_base;
+    int absent;              /* index that never starts, -1 for none */
+    int keyless;             /* index with a wrong key, -1 for none */
+    uint32_t expect_missing; /* bitmask of non-OK nodes in the allgather */
+    uint32_t expect_nojoin;  /* bitmask of nodes whose join must fail */
+    const char *expect_msg;  /* sh_ctl_format_missing at every node */
+    int64_t hs_timeout;      /* 0: 1 s */
+    int64_t join_s;          /* join deadline in seconds; 0: 8 (loaded CI, ASan) */
+    int64_t t0;              /* common start (CLOCK_MONOTONIC is system-wide) */
+};
+
+static const char *const names[MAXN] = {
+    "h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7",
+    "h8", "h9", "h10", "h11", "h12", "h13", "h14", "h15",
+};
+static const char *const addrs[MAXN] = {
+    "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1",
+    "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1",
+    "127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1",
+};
+
+/* One agent; returns its exit code (0 = behaved as expected). */
+static int node_main(const struct tree *t, uint32_t i)
+{
+    unsigned char kjob[SH_KEY_LEN];
+    struct sh_ctl_cfg cfg = {
+        .nnodes = t->n, .index = i, .fanout = t->k, .names = names, .addrs = addrs,
+        .bind_addr = "127.0.0.1", .port_base = t->port_base, .port_range = 48,
+        .port_probe = 48, .jobid = t->jobid, .stepid = 0, .kjob = kjob,
+        .level_margin_ns = 200 * SH_NS_PER_MS,
+        .hs_timeout_ns = t->hs_timeout != 0 ? t->hs_timeout : SH_NS_PER_S,
+    };
+    struct sh_ctl *ctl = NULL;
+    struct sh_ctl_result res;
+    unsigned char *data = NULL;
+    uint32_t len = 0;
+    char blob[32], msg[256];
+    int rc;
+
+    alarm(30);
+    memset(kjob, 0x77, sizeof(kjob));
+    if ((int)i == t->keyless)
+        kjob[0] ^= 1;
+    /* Like the agents, all nodes share absolute deadlines: per-node "now + x"
+     * would let a node that waited long for a missing child arrive after its
+     * parent gave up on it. */
+    int64_t d = t->t0 + (t->join_s != 0 ? t->join_s : 8) * SH_NS_PER_S;
+
+    rc = sh_ctl_join(&cfg, d, &ctl);
+    if (t->expect_nojoin & (1u << i))
+        return rc == -1 && errno == ETIMEDOUT ? 0 : 10;
+    if (rc != 0)
+        return 11;
+    {
+        /* the root has the earliest deadline here: everyone adopts it */
+        int64_t mine = d + 3 * SH_NS_PER_S + (int64_t)i * SH_NS_PER_MS;
+        int64_t root = d + 3 * SH_NS_PER_S;
+
+        if (sh_ctl_sync_deadline(ctl, &mine) != 0 || mine > root + 100 * SH_NS_PER_MS ||
+            mine < root - 500 * SH_NS_PER_MS)
+            return 22;
+    }
+    snprintf(blob, sizeof(blob), "node-%u", i);
+    d += 3 * SH_NS_PER_S;
+    if (sh_ctl_allgather(ctl, i * 10, blob, (uint32_t)strlen(blob) + 1, d, &res) != 0)
+        return 12;
+    if (res.nnodes != t->n)
+        return 13;
+    for (uint32_t j = 0; j < t->n; j++) {
+        if (t->expect_missing & (1u << j)) {
+            if (res.entry[j].state == SH_CTL_OK)
+                return 14;
+            continue;
+        }
+        snprintf(blob, sizeof(blob), "node-%u", j);
+        if (res.entry[j].state != SH_CTL_OK || res.entry[j].tag != j * 10 ||
+            res.entry[j].len != strlen(blob) + 1 ||
+            strcmp((char *)res.entry[j].data, blob) != 0) {
+            sh_ctl_format_missing(ctl, &res, msg, sizeof(msg));
+            fprintf(stderr, "node %u: entry %u wrong (state %u): %s\n", i, j,
+                    res.entry[j].state, msg);
+            return 15;
+        }
+    }
+    sh_ctl_format_missing(ctl, &res, msg, sizeof(msg));
+    if (t->expect_msg != NULL && strcmp(msg, t->expect_msg) != 0) {
+        fprintf(stderr, "node %u: missing message '%s', expected '%s'\n", i, msg,
+                t->expect_msg);
+        return 16;
+    }
+    sh_ctl_result_free(&res);
+    d += 3 * SH_NS_PER_S;
+    if (sh_ctl_bcast(ctl, "plan:all", 9, &data, &len, d) != 0 ||
+        len != 9 || strcmp((char *)data, "plan:all") != 0)
+        return 17;
+    free(data);
+    /* a second round, to exercise sequence numbers and op ids */
+    d += 3 * SH_NS_PER_S;
+    if (sh_ctl_gather(ctl, 1, &i, sizeof(i), d, &res) != 0)
+        return 18;
+    if (i == 0) {
+        for (uint32_t j = 0; j < t->n; j++) {
+            uint32_t v;
+            if (t->expect_missing & (1u << j))
+                continue;
+            memcpy(&v, res.entry[j].data, sizeof(v));
+            if (res.entry[j].len != sizeof(v) || v != j)
+                return 19;
+        }
+    } else if (res.nnodes != 0) {
+        return 20;
+    }
+    sh_ctl_result_free(&res);
+    d += 3 * SH_NS_PER_S;
+    if (sh_ctl_allgather(ctl, 0, NULL, 0, d, &res) != 0 ||
+        res.nmissing != (uint32_t)__builtin_popcount(t->expect_missing))
+        return 21;
+    sh_ctl_result_free(&res);
+    sh_ctl_close(ctl);
+    return 0;
+}
+
+static void run_tree(struct tree *t)
+{
+    pid_t pid[MAXN];
+    int64_t limit = sh_now_ns() + 40 * SH_NS_PER_S;
+
+    t->t0 = sh_now_ns();
+    for (uint32_t i = 0; i < t->n; i++) {
+        pid[i] = -1;
+        if ((int)i == t->absent)
+            continue;
+        pid[i] = fork();
+        ck_assert_int_ge(pid[i], 0);
+        if (pid[i] == 0)
+            _exit(node_main(t, i));
+    }
+    for (uint32_t i = 0; i < t->n; i++) {
+        int status = 0;
+        pid_t r;
+
+        if (pid[i] < 0)
+            continue;
+        /* Bounded wait: every node has alarm(30); this is a second guard. */
+        while ((r = waitpid(pid[i], &status, WNOHANG)) == 0 && sh_now_ns() < limit)
+            usleep(20000);
+        if (r == 0) {
+            kill(pid[i], SIGKILL);
+            waitpid(pid[i], &status, 0);
+        }
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                      "node %u: status 0x%x (exit %d)", i, status,
+                      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+}
+
+static uint16_t test_port(unsigned salt)
+{
+    return (uint16_t)(21000 + ((unsigned)getpid() * 7 + salt * 131) % 20000);
+}
+
+START_TEST(tree_full)
+{
+    struct tree t = { .n = 9, .k = 2, .jobid = (uint64_t)getpid() * 100 + 1,
+                      .absent = -1, .keyless = -1 };
+
+    t.port_base = test_port(1);
+    run_tree(&t);
+}
+END_TEST
+
+START_TEST(tree_star_and_single)
+{
+    struct tree t = { .n = 4, .k = 32, .jobid = (uint64_t)getpid() * 100 + 2,
+                      .absent = -1, .keyless = -1 };
+    struct tree one = { .n = 1, .k = 2, .jobid = (uint64_t)getpid() * 100 + 3,
+                        .absent = -1, .keyless = -1 };
+
+    t.port_base = test_port(2);
+    run_tree(&t);
+    one.port_base = test_port(3);
+    run_tree(&one);
+}
+END_TEST
+
+/* case F21: one node never starts; the error names it. */
+START_TEST(tree_missing_leaf)
+{
+    struct tree t = { .n = 5, .k = 2, .jobid = (uint64_t)getpid() * 100 + 4,
+                      .join_s = 4, .absent = 4, .keyless = -1, .expect_missing = 1u << 4,
+                      .expect_msg = "h4 did not answer" };
+
+    t.port_base = test_port(4);
+    run_tree(&t);
+}
+END_TEST
+
+/* case F21: an interior node never starts; the nodes behind it fail to join
+ * and the root names them as unreachable. */
+START_TEST(tree_missing_interior)
+{
+    struct tree t = { .n = 5, .k = 2, .jobid = (uint64_t)getpid() * 100 + 5,
+                      .join_s = 4, .absent = 1, .keyless = -1,
+                      .expect_missing = 1u << 1 | 1u << 3 | 1u << 4,
+                      .expect_nojoin = 1u << 3 | 1u << 4,
+                      .expect_msg = "h1 did not answer; h3, h4 unreachable behind them" };
+
+    t.port_base = test_port(5);
+    run_tree(&t);
+}
+END_TEST
+
+/* A peer without the job key is rejected and counted missing. */
+START_TEST(tree_keyless_peer)
+{
+    struct tree t = { .n = 4, .k = 3, .jobid = (uint64_t)getpid() * 100 + 6,
+                      .join_s = 4, .absent = -1, .keyless = 2, .expect_missing = 1u << 2,
+                      .expect_nojoin = 1u << 2, .expect_msg = "h2 did not answer" };
+
+    t.port_base = test_port(6);
+    run_tree(&t);
+}
+END_TEST
+
+/* Ports taken by something that accepts connections and never answers:
+ * agents probe upward past them (each costs one handshake timeout). */
+START_TEST(tree_port_taken)
+{
+    struct tree t = { .n = 3, .k = 1, .jobid = (uint64_t)getpid() * 100 + 7,
+                      .absent = -1, .keyless = -1,
+                      .hs_timeout = 200 * SH_NS_PER_MS };
+    int fds[3];
+    uint16_t first;
+
+    t.port_base = test_port(7);
+    first = sh_ctl_derive_port(t.jobid, 0, t.port_base, 48);
+    for (int x = 0; x < 3; x++) {
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)(t.port_base +
+                                      (first - t.port_base + x) % 48)) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[x] = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fds[x], 0);
+        if (bind(fds[x], (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            ck_assert_int_eq(listen(fds[x], 4), 0);
+    }
+    run_tree(&t);
+    for (int x = 0; x < 3; x++)
+        close(fds[x]);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("ctl");
+    TCase *tc = tcase_create("ctl");
+    SRunner *sr;
+    int failed;
+
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_test(tc, tree_shape_and_port);
+    tcase_add_test(tc, nodelist);
+    tcase_add_test(tc, handshake_ok_and_frames);
+    tcase_add_test(tc, handshake_keyless_client);
+    tcase_add_test(tc, handshake_rogue_client);
+    tcase_add_test(tc, handshake_keyless_server);
+    tcase_add_test(tc, handshake_foreign);
+    tcase_add_test(tc, handshake_garbage);
+    tcase_add_test(tc, tree_full);
+    tcase_add_test(tc, tree_star_and_single);
+    tcase_add_test(tc, tree_missing_leaf);
+    tcase_add_test(tc, tree_missing_interior);
+    tcase_add_test(tc, tree_keyless_peer);
+    tcase_add_test(tc, tree_port_taken);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,297 @@
+/* Metadata record: encode/decode, xattr and sidecar storage, "is current"
+ * (DESIGN.md §2 step 4; cases F07, F29). */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "stagehand/meta.h"
+
+static void sample(struct sh_meta *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->version = SH_META_VERSION;
+    strcpy(m->src.path, "/shared/images/py torch.sqsh");
+    m->src.size = (1ULL << 32) + 1;
+    m->src.mtime = (struct sh_ts){ 1700000000, 123456789 };
+    m->src.ctime = (struct sh_ts){ 1700000001, 5 };
+    m->algo = SH_HASH_XXH3;
+    for (int i = 0; i < 16; i++)
+        m->digest[i] = (uint8_t)(i * 17);
+    m->dst_size = m->src.size;
+    m->dst_mtime = (struct sh_ts){ 1700000100, 999999999 };
+}
+
+START_TEST(encode_decode_roundtrip)
+{
+    struct sh_meta a, b;
+    char buf[SH_META_MAX_LEN];
+    int n;
+
+    sample(&a);
+    n = sh_meta_encode(&a, buf, sizeof(buf));
+    ck_assert_int_gt(n, 0);
+    ck_assert_ptr_nonnull(strstr(buf, "stagehand-meta 1\nsrc /shared/images/py torch.sqsh\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "src_mtime 1700000000.123456789\n"));
+    ck_assert_ptr_nonnull(strstr(buf, "src_ctime 1700000001.000000005\n"));
+    ck_assert_int_eq(sh_meta_decode(buf, (size_t)n, &b), 0);
+    ck_assert_str_eq(b.src.path, a.src.path);
+    ck_assert_uint_eq(b.src.size, a.src.size);
+    ck_assert_int_eq(b.src.mtime.sec, a.src.mtime.sec);
+    ck_assert_uint_eq(b.src.mtime.nsec, a.src.mtime.nsec);
+    ck_assert_uint_eq(b.src.ctime.nsec, 5);
+    ck_assert_int_eq(b.algo, SH_HASH_XXH3);
+    ck_assert_mem_eq(b.digest, a.digest, 16);
+    ck_assert_uint_eq(b.dst_size, a.dst_size);
+    ck_assert_uint_eq(b.dst_mtime.nsec, 999999999);
+    /* a trailing NUL (as some tools store it) is accepted */
+    ck_assert_int_eq(sh_meta_decode(buf, (size_t)n + 1, &b), 0);
+
+    a.algo = SH_HASH_SHA256;
+    n = sh_meta_encode(&a, buf, sizeof(buf));
+    ck_assert_int_eq(sh_meta_decode(buf, (size_t)n, &b), 0);
+    ck_assert_int_eq(b.algo, SH_HASH_SHA256);
+}
+END_TEST
+
+START_TEST(encode_rejects)
+{
+    struct sh_meta a;
+    char buf[SH_META_MAX_LEN];
+
+    sample(&a);
+    ck_assert_int_eq(sh_meta_encode(&a, buf, 40), -1);
+    ck_assert_int_eq(errno, ENOBUFS);
+    strcpy(a.src.path, "/a\nb");
+    ck_assert_int_eq(sh_meta_encode(&a, buf, sizeof(buf)), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    sample(&a);
+    a.algo = (enum sh_hash_algo)9;
+    ck_assert_int_eq(sh_meta_encode(&a, buf, sizeof(buf)), -1);
+    ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
+static int decode_str(const char *s)
+{
+    struct sh_meta m;
+
+    return sh_meta_decode(s, strlen(s), &m);
+}
+
+START_TEST(decode_rejects)
+{
+    struct sh_meta a;
+    char good[SH_META_MAX_LEN], bad[SH_META_MAX_LEN + 64];
+    int n;
+
+    sample(&a);
+    n = sh_meta_encode(&a, good, sizeof(good));
+    /* every truncation of a valid record is rejected */
+    for (int cut = 0; cut < n; cut++) {
+        ck_assert_int_eq(sh_meta_decode(good, (size_t)cut, &a), -1);
+        ck_assert_int_eq(errno, EINVAL);
+    }
+    snprintf(bad, sizeof(bad), "%sextra 1\n", good);
+    ck_assert_int_eq(decode_str(bad), -1);
+    ck_assert_int_eq(decode_str(""), -1);
+    ck_assert_int_eq(decode_str("garbage\n"), -1);
+    /* an unknown version is not "malformed": a newer stagehand wrote it */
+    ck_assert_int_eq(decode_str("stagehand-meta 2\nsrc /x\n"), -1);
+    ck_assert_int_eq(errno, EPROTONOSUPPORT);
+    strcpy(bad, good);
+    *strstr(bad, "xxh3 ") = 'y';
+    ck_assert_int_eq(decode_str(bad), -1);
+    strcpy(bad, good);
+    memcpy(strstr(bad, "xxh3 ") + 5, "zz", 2);
+    ck_assert_int_eq(decode_str(bad), -1);
+    strcpy(bad, good);
+    memcpy(strstr(bad, ".123456789"), ".12345678x", 10);
+    ck_assert_int_eq(decode_str(bad), -1);
+    strcpy(bad, good);
+    memcpy(strstr(bad, "src /"), "src x", 5);       /* relative source path */
+    ck_assert_int_eq(decode_str(bad), -1);
+}
+END_TEST
+
+/* Build a stat of DST consistent with the sample record. */
+static void dst_stat(struct stat *st, const struct sh_meta *m)
+{
+    memset(st, 0, sizeof(*st));
+    st->st_mode = S_IFREG | 0644;
+    st->st_uid = 1001;
+    st->st_size = (off_t)m->dst_size;
+    st->st_mtim.tv_sec = (time_t)m->dst_mtime.sec;
+    st->st_mtim.tv_nsec = (long)m->dst_mtime.nsec;
+}
+
+START_TEST(is_current_matrix)
+{
+    struct sh_meta rec, other;
+    struct sh_src_id src;
+    struct stat st;
+    const char *why;
+    uint8_t dig[SH_HASH_MAX_LEN];
+
+    sample(&rec);
+    src = rec.src;
+    dst_stat(&st, &rec);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 1);
+    /* root-owned DST is trusted, another user's is not */
+    st.st_uid = 0;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 1);
+    st.st_uid = 1002;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    ck_assert_str_eq(why, "destination owned by another user");
+    dst_stat(&st, &rec);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_NEVER, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, NULL, 1001, &rec,
+                                        NULL, &why), 0);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, NULL,
+                                        NULL, &why), 0);
+    /* case F07: zero-length or wrong-size DST is re-staged, in every mode */
+    st.st_size = 0;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_SIZE, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    dst_stat(&st, &rec);
+    /* size mode needs no record (unsafe, compatibility only) */
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_SIZE, &src, &st, 1001, NULL,
+                                        NULL, &why), 1);
+    /* DST rewritten in place after publish: its mtime moved */
+    st.st_mtim.tv_nsec = 0;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    ck_assert_str_eq(why, "destination modified after it was staged");
+    dst_stat(&st, &rec);
+    /* source rewritten: ctime moved even if mtime was reset */
+    src.ctime.nsec++;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    ck_assert_str_eq(why, "source changed since the destination was staged");
+    src = rec.src;
+    strcpy(src.path, "/shared/other.sqsh");
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    src = rec.src;
+    /* content: the digest computed now must match the record */
+    memcpy(dig, rec.digest, sizeof(dig));
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_CONTENT, &src, &st, 1001, &rec,
+                                        dig, &why), 1);
+    dig[3] ^= 1;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_CONTENT, &src, &st, 1001, &rec,
+                                        dig, &why), 0);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_CONTENT, &src, &st, 1001, &rec,
+                                        NULL, &why), 0);
+    other = rec;
+    st.st_mode = S_IFLNK | 0777;    /* case F17b: a planted symlink */
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_SIZE, &src, &st, 1001, &other,
+                                        NULL, &why), 0);
+}
+END_TEST
+
+START_TEST(check_names)
+{
+    enum sh_check c;
+
+    ck_assert_int_eq(sh_check_parse("content", &c), 0);
+    ck_assert_int_eq(c, SH_CHECK_CONTENT);
+    ck_assert_int_eq(sh_check_parse("Meta", &c), -1);
+    ck_assert_str_eq(sh_check_name(SH_CHECK_NEVER), "never");
+}
+END_TEST
+
+static char dir[64];
+static int dirfd_;
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/check_meta.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
+}
+
+static void teardown(void)
+{
+    unlinkat(dirfd_, "img", 0);
+    unlinkat(dirfd_, ".img.stagehand", 0);
+    close(dirfd_);
+    rmdir(dir);
+}
+
+START_TEST(store_load_xattr_and_sidecar)
+{
+    struct sh_meta a, b;
+    int fd = openat(dirfd_, "img", O_RDWR | O_CREAT, 0644);
+    int side = -1;
+
+    ck_assert_int_ge(fd, 0);
+    sample(&a);
+    ck_assert_int_eq(sh_meta_load(dirfd_, "img", fd, &b, &side), -1);
+    ck_assert_int_eq(errno, ENODATA);
+    if (sh_meta_store_fd(fd, &a) == 0) {
+        ck_assert_int_eq(sh_meta_load(dirfd_, "img", fd, &b, &side), 0);
+        ck_assert_int_eq(side, 0);
+        ck_assert_str_eq(b.src.path, a.src.path);
+        fremovexattr(fd, SH_META_XATTR);
+    } else {
+        ck_assert(errno == ENOTSUP || errno == EOPNOTSUPP);
+    }
+    /* forced sidecar (filesystems without user xattrs) */
+    a.src.size = 77;
+    ck_assert_int_eq(sh_meta_store_sidecar(NULL, dirfd_, "img", "1", "n1", &a), 0);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stagehand", F_OK, 0), 0);
+    ck_assert_int_eq(sh_meta_load(dirfd_, "img", fd, &b, &side), 0);
+    ck_assert_int_eq(side, 1);
+    ck_assert_uint_eq(b.src.size, 77);
+    ck_assert_int_eq(sh_meta_remove_sidecar(dirfd_, "img"), 0);
+    ck_assert_int_eq(sh_meta_remove_sidecar(dirfd_, "img"), 0);  /* absent: ok */
+    ck_assert_int_eq(sh_meta_load(dirfd_, "img", fd, &b, &side), -1);
+    ck_assert_int_eq(errno, ENODATA);
+    /* a corrupt record is reported, not trusted */
+    ck_assert_int_eq(fsetxattr(fd, SH_META_XATTR, "junk", 4, 0) == 0 ||
+                     errno == ENOTSUP || errno == EOPNOTSUPP, 1);
+    if (fgetxattr(fd, SH_META_XATTR, NULL, 0) == 4) {
+        ck_assert_int_eq(sh_meta_load(dirfd_, "img", fd, &b, &side), -1);
+        ck_assert_int_eq(errno, EINVAL);
+    }
+    close(fd);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("meta");
+    TCase *tc = tcase_create("record");
+    TCase *tf = tcase_create("store");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, encode_decode_roundtrip);
+    tcase_add_test(tc, encode_rejects);
+    tcase_add_test(tc, decode_rejects);
+    tcase_add_test(tc, is_current_matrix);
+    tcase_add_test(tc, check_names);
+    suite_add_tcase(s, tc);
+    tcase_add_checked_fixture(tf, setup, teardown);
+    tcase_add_test(tf, store_load_xattr_and_sidecar);
+    suite_add_tcase(s, tf);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,147 @@
+/* stagehand-bcast command line (issue 3; case F09). */
+#include "config.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine/opts.h"
+
+static struct sh_bcast_opts o;
+static char err[512];
+
+/* Parse a NULL-terminated array of arguments after the program name. */
+static enum sh_opts_result parse_argv(const char *const *args)
+{
+    char *argv[32];
+    int argc = 0;
+
+    argv[argc++] = (char *)"stagehand-bcast";
+    for (int i = 0; args[i] != NULL && argc < 31; i++)
+        argv[argc++] = (char *)args[i];
+    argv[argc] = NULL;
+    return sh_bcast_opts_parse(argc, argv, &o, err, sizeof(err));
+}
+
+#define parse(...) parse_argv((const char *const[]){ __VA_ARGS__ })
+
+START_TEST(defaults)
+{
+    ck_assert_int_eq(parse("--source", "/shared/a.sqsh", "--dest=/nvme/a.sqsh",
+                           (const char *)0), SH_OPTS_RUN);
+    ck_assert_str_eq(o.source, "/shared/a.sqsh");
+    ck_assert_str_eq(o.dest, "/nvme/a.sqsh");
+    ck_assert_int_eq(o.check, SH_CHECK_META);
+    ck_assert_int_eq(o.verify, SH_VERIFY_TRANSFER);
+    ck_assert_int_eq(o.hash, SH_HASH_XXH3);
+    ck_assert_int_eq(o.algorithm, SH_ALG_CHAIN);
+    ck_assert_uint_eq(o.segment, SH_BCAST_DEFAULT_SEGMENT);
+    ck_assert_uint_eq(o.depth, SH_BCAST_DEFAULT_DEPTH);
+    ck_assert_uint_eq(o.timeout_ns, SH_BCAST_DEFAULT_TIMEOUT_NS);
+    ck_assert_int_eq(o.source_rank, 0);
+    ck_assert_int_eq(o.json + o.progress + o.verbose, 0);
+}
+END_TEST
+
+START_TEST(every_option)
+{
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--check=content",
+                           "--verify=readback", "--hash=sha256",
+                           "--segment-size=1G", "--pipeline-depth", "64",
+                           "--algorithm=bcast", "--timeout=90s",
+                           "--source-rank=3", "--progress", "--json", "-v",
+                           "--verbose", (const char *)0), SH_OPTS_RUN);
+    ck_assert_int_eq(o.check, SH_CHECK_CONTENT);
+    ck_assert_int_eq(o.verify, SH_VERIFY_READBACK);
+    ck_assert_int_eq(o.hash, SH_HASH_SHA256);
+    ck_assert_uint_eq(o.segment, 1ULL << 30);
+    ck_assert_uint_eq(o.depth, 64);
+    ck_assert_int_eq(o.algorithm, SH_ALG_BCAST);
+    ck_assert_uint_eq(o.timeout_ns, 90ULL * 1000000000ULL);
+    ck_assert_int_eq(o.source_rank, 3);
+    ck_assert_int_eq(o.progress, 1);
+    ck_assert_int_eq(o.json, 1);
+    ck_assert_int_eq(o.verbose, 2);
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--check=never",
+                           "--segment-size=4096", (const char *)0), SH_OPTS_RUN);
+    ck_assert_uint_eq(o.segment, 4096);
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--check", "size", (const char *)0),
+                     SH_OPTS_RUN);
+    ck_assert_int_eq(o.check, SH_CHECK_SIZE);
+}
+END_TEST
+
+START_TEST(help_version)
+{
+    ck_assert_int_eq(parse("--help", (const char *)0), SH_OPTS_HELP);
+    ck_assert_int_eq(parse("--version", (const char *)0), SH_OPTS_VERSION);
+    ck_assert_int_eq(parse("-s", "/s", "-V", (const char *)0), SH_OPTS_VERSION);
+}
+END_TEST
+
+/* Every bad value is rejected with a message naming the option. */
+static void rejects(const char *needle, const char *a1, const char *a2)
+{
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", a1, a2, (const char *)0), SH_OPTS_ERROR);
+    ck_assert_msg(strstr(err, needle) != NULL, "'%s' not in '%s'", needle, err);
+}
+
+START_TEST(bad_values)
+{
+    /* case F09: segment <= 1 GiB, > 0, never silently clamped */
+    rejects("--segment-size=4G", "--segment-size=4G", (const char *)0);
+    rejects("--segment-size=1073741825", "--segment-size=1073741825", (const char *)0);
+    rejects("--segment-size=0", "--segment-size=0", (const char *)0);
+    rejects("--segment-size=8X", "--segment-size=8X", (const char *)0);
+    rejects("--segment-size=-1", "--segment-size=-1", (const char *)0);
+    rejects("--pipeline-depth=0", "--pipeline-depth=0", (const char *)0);
+    rejects("--pipeline-depth=65", "--pipeline-depth=65", (const char *)0);
+    rejects("--pipeline-depth=2x", "--pipeline-depth=2x", (const char *)0);
+    rejects("--check=fast", "--check=fast", (const char *)0);
+    rejects("--verify=none", "--verify=none", (const char *)0);
+    rejects("--hash=md5", "--hash=md5", (const char *)0);
+    rejects("--algorithm=tree", "--algorithm=tree", (const char *)0);
+    rejects("--timeout=0", "--timeout=0", (const char *)0);
+    rejects("--timeout=1d", "--timeout=1d", (const char *)0);
+    rejects("--source-rank=-1", "--source-rank=-1", (const char *)0);
+    rejects("--bogus", "--bogus", (const char *)0);
+    rejects("stray", "stray", (const char *)0);
+    rejects("--timeout", "--timeout", (const char *)0);    /* missing value */
+}
+END_TEST
+
+START_TEST(paths)
+{
+    ck_assert_int_eq(parse("-d", "/d", (const char *)0), SH_OPTS_ERROR);
+    ck_assert_str_eq(err, "--source is required");
+    ck_assert_int_eq(parse("-s", "/s", (const char *)0), SH_OPTS_ERROR);
+    ck_assert_str_eq(err, "--dest is required");
+    ck_assert_int_eq(parse("-s", "img.sqsh", "-d", "/d", (const char *)0), SH_OPTS_ERROR);
+    ck_assert_ptr_nonnull(strstr(err, "--source=img.sqsh"));
+    ck_assert_int_eq(parse("-s", "/s", "-d", "nvme/x", (const char *)0), SH_OPTS_ERROR);
+    ck_assert_ptr_nonnull(strstr(err, "--dest=nvme/x"));
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/nvme/", (const char *)0), SH_OPTS_ERROR);
+    ck_assert_ptr_nonnull(strstr(err, "--dest=/nvme/"));
+    ck_assert_int_eq(parse("-s", "/a\nb", "-d", "/d", (const char *)0), SH_OPTS_ERROR);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("opts");
+    TCase *tc = tcase_create("opts");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, defaults);
+    tcase_add_test(tc, every_option);
+    tcase_add_test(tc, help_version);
+    tcase_add_test(tc, bad_values);
+    tcase_add_test(tc, paths);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,127 @@
+/* Engine summary: JSON escaping, phase times adding up, failing nodes named
+ * (issue 3: "the final report names each failing node and its reason"). */
+#include "config.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine/report.h"
+
+static char *capture(void (*fn)(const struct sh_report *, FILE *),
+                     const struct sh_report *r)
+{
+    static char buf[8192];
+    FILE *f = fmemopen(buf, sizeof(buf), "w");
+
+    ck_assert_ptr_nonnull(f);
+    fn(r, f);
+    fclose(f);
+    return buf;
+}
+
+static void json_wrap(const struct sh_report *r, FILE *f)
+{
+    (void)r;
+    sh_json_string(f, "a\"b\\c\nd\te\x01");
+}
+
+START_TEST(json_escaping)
+{
+    struct sh_report r;
+
+    memset(&r, 0, sizeof(r));
+    ck_assert_str_eq(capture(json_wrap, &r), "\"a\\\"b\\\\c\\u000ad\\u0009e\\u0001\"");
+}
+END_TEST
+
+static void sample(struct sh_report *r, struct sh_bcast_opts *o,
+                   struct sh_node_result *res)
+{
+    memset(r, 0, sizeof(*r));
+    memset(o, 0, sizeof(*o));
+    memset(res, 0, 3 * sizeof(*res));
+    strcpy(o->source, "/shared/img.sqsh");
+    strcpy(o->dest, "/nvme/img.sqsh");
+    o->segment = 8 << 20;
+    o->depth = 4;
+    o->hash = SH_HASH_XXH3;
+    r->opts = o;
+    r->size = 1 << 30;
+    r->src_ok = 1;
+    r->world_size = 3;
+    r->nodes = 3;
+    r->results = res;
+    for (int p = 0; p < SH_PH_COUNT; p++)
+        r->phase_s[p] = 0.25;
+    r->total_s = 1.5;
+    r->bytes_transferred = 1 << 30;
+    strcpy(res[0].host, "n1");
+    res[0].status = SH_NODE_COPIED;
+    strcpy(res[1].host, "n2");
+    res[1].world_rank = 1;
+    res[1].status = SH_NODE_FAILED;
+    res[1].err = 28;
+    res[1].exit_class = SH_EXIT_DEST;
+    strcpy(res[1].phase, "pre-check");
+    strcpy(res[1].reason, "not enough space: needed 1.00 GiB, free 1.00 MiB");
+    strcpy(res[2].host, "n3");
+    res[2].world_rank = 2;
+    res[2].status = SH_NODE_CURRENT;
+    r->exit_code = SH_EXIT_DEST;
+}
+
+START_TEST(text_names_failures)
+{
+    struct sh_report r;
+    struct sh_bcast_opts o;
+    struct sh_node_result res[3];
+    const char *out;
+
+    sample(&r, &o, res);
+    out = capture(sh_report_text, &r);
+    ck_assert_ptr_nonnull(strstr(out, "/shared/img.sqsh -> /nvme/img.sqsh: FAILED"));
+    ck_assert_ptr_nonnull(strstr(out, "1 copied, 1 already current, 1 failed"));
+    ck_assert_ptr_nonnull(strstr(out, "FAILED on n2 (rank 1) in pre-check: not enough space"));
+    ck_assert_ptr_nonnull(strstr(out, "= total 1.500s"));
+    ck_assert_ptr_nonnull(strstr(out, "effective rate 682.67 MiB/s"));
+}
+END_TEST
+
+START_TEST(json_fields)
+{
+    struct sh_report r;
+    struct sh_bcast_opts o;
+    struct sh_node_result res[3];
+    const char *out;
+
+    sample(&r, &o, res);
+    out = capture(sh_report_json, &r);
+    ck_assert_ptr_nonnull(strstr(out, "{\"format\":1,\"status\":\"failed\",\"exit_code\":4,"));
+    ck_assert_ptr_nonnull(strstr(out, "\"nodes_copied\":1,\"nodes_current\":1,\"nodes_failed\":1,"));
+    ck_assert_ptr_nonnull(strstr(out, "\"pre-check\":0.250000"));
+    ck_assert_ptr_nonnull(strstr(out, "\"total\":1.500000"));
+    ck_assert_ptr_nonnull(strstr(out, "{\"node\":\"n2\",\"rank\":1,\"status\":\"failed\""));
+    ck_assert_ptr_nonnull(strstr(out, "\"errno\":28,\"exit_class\":4,\"phase\":\"pre-check\""));
+    ck_assert_int_eq(out[strlen(out) - 1], '\n');
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("report");
+    TCase *tc = tcase_create("report");
+    SRunner *sr;
+    int failed;
+
+    tcase_add_test(tc, json_escaping);
+    tcase_add_test(tc, text_names_failures);
+    tcase_add_test(tc, json_fields);
+    suite_add_tcase(s, tc);
+    sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
