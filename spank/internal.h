@@ -49,6 +49,9 @@ struct sh_plugin_state {
     /* Allocator/local only: images of every value given to this command,
      * parsed and checked by submit.c (NULL until the first value). */
     struct sh_spec_set *specs;
+    /* Local only: the images are new on an srun inside an existing job, so
+     * they are staged at step start (SH_STEP_SPEC_ENV), not by the prolog. */
+    bool step_staging;
 };
 
 extern struct sh_plugin_state sh_plugin;
@@ -86,6 +89,10 @@ int sh_epilog_run(spank_t sp, int ac, char **av);
  * the staged paths; task_init fails each task of a failed staging with the
  * message on the task's stderr. */
 int sh_remote_user_init(spank_t sp);
+
+/* Remote context, init_post_opt (root, before the step's tasks): stage the
+ * images given on an srun inside an existing job (prolog.c). */
+int sh_step_stage_run(spank_t sp, int ac, char **av);
 int sh_remote_task_init(spank_t sp);
 
 #endif

@@ -10,9 +10,11 @@
  * is never right for a user's mistake (DESIGN.md §3). */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +71,21 @@ static const char *env_or(const char *name, const char *alt)
     return v != NULL ? v : "";
 }
 
+/* One staging to run: the job prolog's (stepid < 0) or a job step's. */
+struct stage_job {
+    uint32_t jobid;
+    long stepid;
+    uid_t uid;
+    gid_t gid;
+    const char *user;
+    const char *nodelist;
+    const char *nodename;
+    const char *cluster;
+    const char *spec;
+};
+
 /* Write the agent's inputs (stagehand/agentio.h) to @fd. */
-static int write_inputs(int fd, const char *spec, uint32_t jobid, uid_t uid,
-                        gid_t gid, int ac, char **av)
+static int write_inputs(int fd, const struct stage_job *job, int ac, char **av)
 {
     FILE *f = fdopen(fd, "w");
     int rc = 0;
@@ -79,17 +93,16 @@ static int write_inputs(int fd, const char *spec, uint32_t jobid, uid_t uid,
     if (f == NULL)
         return -1;
     rc |= sh_kv_putf(f, SH_AGENT_IN_VERSION, "%d", SH_AGENT_PROTO_VERSION);
-    rc |= sh_kv_putf(f, SH_AGENT_IN_JOBID, "%u", jobid);
-    rc |= sh_kv_putf(f, SH_AGENT_IN_UID, "%u", (unsigned)uid);
-    rc |= sh_kv_putf(f, SH_AGENT_IN_GID, "%u", (unsigned)gid);
-    rc |= sh_kv_put(f, SH_AGENT_IN_USER, env_or("SLURM_JOB_USER", NULL));
-    /* 22.05 names it SLURM_NODELIST in the prolog; SLURM_JOB_NODELIST from
-     * 23.11 (measured-facts.md, F26). */
-    rc |= sh_kv_put(f, SH_AGENT_IN_NODELIST,
-                    env_or("SLURM_JOB_NODELIST", "SLURM_NODELIST"));
-    rc |= sh_kv_put(f, SH_AGENT_IN_NODENAME, env_or("SLURMD_NODENAME", NULL));
-    rc |= sh_kv_put(f, SH_AGENT_IN_CLUSTER, env_or("SLURM_CLUSTER_NAME", NULL));
-    rc |= sh_kv_put(f, SH_AGENT_IN_SPEC, spec);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_JOBID, "%u", job->jobid);
+    if (job->stepid >= 0)
+        rc |= sh_kv_putf(f, SH_AGENT_IN_STEPID, "%ld", job->stepid);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_UID, "%u", (unsigned)job->uid);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_GID, "%u", (unsigned)job->gid);
+    rc |= sh_kv_put(f, SH_AGENT_IN_USER, job->user);
+    rc |= sh_kv_put(f, SH_AGENT_IN_NODELIST, job->nodelist);
+    rc |= sh_kv_put(f, SH_AGENT_IN_NODENAME, job->nodename);
+    rc |= sh_kv_put(f, SH_AGENT_IN_CLUSTER, job->cluster);
+    rc |= sh_kv_put(f, SH_AGENT_IN_SPEC, job->spec);
     for (int i = 0; i < ac; i++)
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
     rc |= fprintf(f, "%s\n", SH_AGENT_IN_END) < 0 ? -1 : 0;
@@ -220,39 +233,27 @@ static void fill_images(struct sh_status *st, const char *spec)
     sh_spec_set_free(set);
 }
 
-int sh_prolog_run(spank_t sp, int ac, char **av)
+/* Run the agent for @job and record its outcome in the status file. Returns
+ * -1 only for a node fault under on_node_fault=drain (job prolog only). */
+static int run_staging(const struct stage_job *job, int ac, char **av)
 {
-    const char *spec = getenv(SH_SPEC_PROLOG_ENV);
     const struct sh_config *cfg;
     struct agent_result res;
     char status_path[512];
-    uint32_t jobid = 0;
-    uid_t uid = (uid_t)-1;
-    gid_t gid = (gid_t)-1;
     int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
     int64_t deadline;
     pid_t pid;
     int wstatus = 0, rc;
 
-    if (spec == NULL || spec[0] == '\0')
-        return 0; /* the job did not ask for staging */
     memset(&res, 0, sizeof(res));
-    snprintf(res.status.node, sizeof(res.status.node), "%s",
-             env_or("SLURMD_NODENAME", NULL));
-    fill_images(&res.status, spec);
-
-    if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
-        slurm_error("stagehand: prolog: cannot get job id/uid/gid");
-        return 0;
-    }
+    snprintf(res.status.node, sizeof(res.status.node), "%s", job->nodename);
+    fill_images(&res.status, job->spec);
     if (ensure_runtime_dir() != 0) {
-        slurm_error("stagehand: prolog: job %u: runtime directory %s: %s",
-                    jobid, SH_RUNTIME_DIR, strerror(errno));
-        return sh_plugin.config.on_node_fault == SH_FAULT_DRAIN ? -1 : 0;
+        slurm_error("stagehand: job %u: runtime directory %s: %s", job->jobid,
+                    SH_RUNTIME_DIR, strerror(errno));
+        return sh_plugin.config.on_node_fault == SH_FAULT_DRAIN && job->stepid < 0 ? -1 : 0;
     }
-    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, status_path,
+    if (sh_status_path(SH_RUNTIME_DIR, job->jobid, job->stepid, status_path,
                        sizeof(status_path)) != 0)
         return 0;
 
@@ -263,7 +264,6 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
                  sh_plugin.config_error);
         goto record;
     }
-
     if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) {
         snprintf(res.message, sizeof(res.message), "pipe: %s", strerror(errno));
         res.node_fault = true;
@@ -282,12 +282,10 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     }
     close(in_pipe[0]);
     close(out_pipe[1]);
-    in_pipe[0] = out_pipe[1] = -1;
     signal(SIGPIPE, SIG_IGN);
-    if (write_inputs(in_pipe[1], spec, jobid, uid, gid, ac, av) != 0)
-        slurm_error("stagehand: prolog: job %u: cannot pass inputs to the agent: %s",
-                    jobid, strerror(errno));
-    in_pipe[1] = -1; /* closed by fclose */
+    if (write_inputs(in_pipe[1], job, ac, av) != 0)
+        slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
+                    job->jobid, strerror(errno));
 
     deadline = now_ns() + (int64_t)cfg->timeout_ns + PROLOG_GRACE_S * 1000000000LL;
     if (read_outputs(out_pipe[0], deadline, &res) != 0) {
@@ -298,7 +296,6 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
                  (unsigned long long)(cfg->timeout_ns / 1000000000ULL));
     }
     close(out_pipe[0]);
-    out_pipe[0] = -1;
     /* The agent closed its output: it is exiting. Reap it, bounded. */
     for (int i = 0; i < 100; i++) {
         rc = (int)waitpid(pid, &wstatus, WNOHANG);
@@ -326,17 +323,109 @@ record:
     res.status.ok = res.have_result && res.ok;
     snprintf(res.status.message, sizeof(res.status.message), "%s", res.message);
     if (sh_status_write(status_path, &res.status) != 0)
-        slurm_error("stagehand: prolog: job %u: cannot write %s: %s", jobid,
+        slurm_error("stagehand: job %u: cannot write %s: %s", job->jobid,
                     status_path, strerror(errno));
     if (res.status.ok) {
-        slurm_info("stagehand: job %u: staging done: %s", jobid, res.message);
+        for (size_t i = 0; i < res.status.n_summaries; i++)
+            slurm_info("stagehand: job %u user %s: %s", job->jobid, job->user,
+                       res.status.summary[i]);
         return 0;
     }
-    slurm_error("stagehand: job %u: staging failed on %s: %s", jobid,
-                res.status.node, res.message);
-    if (res.node_fault && cfg != NULL && cfg->on_node_fault == SH_FAULT_DRAIN)
+    slurm_error("stagehand: job %u user %s: staging failed on %s: %s", job->jobid,
+                job->user, res.status.node, res.message);
+    if (job->stepid < 0 && res.node_fault && cfg != NULL &&
+        cfg->on_node_fault == SH_FAULT_DRAIN)
         return -1;
     return 0;
+}
+
+int sh_prolog_run(spank_t sp, int ac, char **av)
+{
+    struct stage_job job = { .stepid = -1, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+
+    job.spec = getenv(SH_SPEC_PROLOG_ENV);
+    if (job.spec == NULL || job.spec[0] == '\0')
+        return 0; /* the job did not ask for staging */
+    if (spank_get_item(sp, S_JOB_ID, &job.jobid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &job.uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &job.gid) != ESPANK_SUCCESS) {
+        slurm_error("stagehand: prolog: cannot get job id/uid/gid");
+        return 0;
+    }
+    job.user = env_or("SLURM_JOB_USER", NULL);
+    /* 22.05 names it SLURM_NODELIST in the prolog; SLURM_JOB_NODELIST from
+     * 23.11 (measured-facts.md, F26). */
+    job.nodelist = env_or("SLURM_JOB_NODELIST", "SLURM_NODELIST");
+    job.nodename = env_or("SLURMD_NODENAME", NULL);
+    job.cluster = env_or("SLURM_CLUSTER_NAME", NULL);
+    return run_staging(&job, ac, av);
+}
+
+int sh_step_stage_run(spank_t sp, int ac, char **av)
+{
+    static char spec[16384], nodelist[8192], cluster[256], user[256];
+    static char nodename[256];
+    struct stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
+    struct passwd pw, *pwr = NULL;
+    char pwbuf[4096];
+    uint32_t stepid = 0;
+
+    if (spank_getenv(sp, SH_STEP_SPEC_ENV, spec, sizeof(spec)) != ESPANK_SUCCESS ||
+        spec[0] == '\0')
+        return 0;
+    if (spank_get_item(sp, S_JOB_ID, &job.jobid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &job.uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &job.gid) != ESPANK_SUCCESS) {
+        slurm_error("stagehand: step: cannot get job id/step id/uid/gid");
+        return 0;
+    }
+    job.stepid = (long)stepid;
+    if (getpwuid_r(job.uid, &pw, pwbuf, sizeof(pwbuf), &pwr) != 0 || pwr == NULL)
+        return 0;
+    snprintf(user, sizeof(user), "%s", pw.pw_name);
+    if (spank_getenv(sp, "SLURM_STEP_NODELIST", nodelist, sizeof(nodelist)) != ESPANK_SUCCESS)
+        return 0;
+    if (spank_getenv(sp, "SLURM_CLUSTER_NAME", cluster, sizeof(cluster)) != ESPANK_SUCCESS)
+        cluster[0] = '\0';
+    /* slurmstepd's node name: the one slurmd was started with. */
+    snprintf(nodename, sizeof(nodename), "%s", env_or("SLURMD_NODENAME", NULL));
+    if (nodename[0] == '\0' && gethostname(nodename, sizeof(nodename)) != 0)
+        return 0;
+    job.spec = spec;
+    job.user = user;
+    job.nodelist = nodelist;
+    job.nodename = nodename;
+    job.cluster = cluster;
+    return run_staging(&job, ac, av);
+}
+
+/* Remove what staging at step start left for @jobid: "<jobid>.<step>"
+ * runtime directories and "<jobid>.<step>.status" files. */
+static void remove_step_state(int rfd, uint32_t jobid)
+{
+    char prefix[32];
+    struct dirent *de;
+    DIR *d;
+    int fd = dup(rfd);
+    size_t plen;
+
+    if (fd < 0)
+        return;
+    d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return;
+    }
+    snprintf(prefix, sizeof(prefix), "%u.", jobid);
+    plen = strlen(prefix);
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, prefix, plen) == 0 &&
+            sh_rmtree_at(rfd, de->d_name, 8) != 0)
+            slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
+                        SH_RUNTIME_DIR, de->d_name, strerror(errno));
+    }
+    closedir(d);
 }
 
 int sh_epilog_run(spank_t sp, int ac, char **av)
@@ -360,6 +449,7 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     if (sh_rmtree_at(rfd, name, 8) != 0)
         slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                     SH_RUNTIME_DIR, name, strerror(errno));
+    remove_step_state(rfd, jobid);
     close(rfd);
     return 0;
 }

@@ -15,8 +15,6 @@
 #include "internal.h"
 #include "stagehand/status.h"
 
-/* slurm.h's SLURM_BATCH_SCRIPT; spank.h alone does not define it. */
-#define SH_BATCH_STEP 0xfffffffbU
 #define SUMMARY_SHOWN_ENV "STAGEHAND_SUMMARY_SHOWN"
 
 static struct {
@@ -66,17 +64,23 @@ int sh_remote_user_init(spank_t sp)
 {
     char path[512], shown[8];
     uint32_t jobid = 0, stepid = 0;
+    bool step_staged;
     int rc;
 
     if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
         return 0;
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
         stepid = 0;
-    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) != 0)
+    /* An srun inside the job that brought images of its own staged them at
+     * its own start (sh_step_stage_run): its status is the step's. */
+    step_staged = spank_getenv(sp, SH_STEP_SPEC_ENV, shown, sizeof(shown)) !=
+                  ESPANK_ENV_NOEXIST;
+    if (sh_status_path(SH_RUNTIME_DIR, jobid, step_staged ? (long)stepid : -1,
+                       path, sizeof(path)) != 0)
         return 0;
     rc = sh_status_read(path, &remote.status);
     if (rc != 0 && errno == ENOENT) {
-        if (!job_asked(sp))
+        if (!step_staged && !job_asked(sp))
             return 0;
         remote.asked = remote.failed = true;
         snprintf(remote.message, sizeof(remote.message),
@@ -112,7 +116,6 @@ int sh_remote_user_init(spank_t sp)
         remote.show_summary = true;
         spank_setenv(sp, SUMMARY_SHOWN_ENV, "1", 1);
     }
-    (void)stepid;
     return 0;
 }
 

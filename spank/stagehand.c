@@ -53,12 +53,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
-    (void)ac;
-    (void)av;
     switch (spank_context()) {
     case S_CTX_ALLOCATOR:
     case S_CTX_LOCAL:
         return sh_submit_post_opt(sp);
+    case S_CTX_REMOTE:
+        return sh_step_stage_run(sp, ac, av);
     default:
         return 0;
     }

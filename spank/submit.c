@@ -137,11 +137,9 @@ int sh_submit_option(const char *value)
         /* Given again on an srun, but staged by the job already. */
         if (in_job_spec(value, dir))
             return 0;
-        /* case F28: never silently do nothing. */
-        user_error(value, "staging from srun inside an existing job is not "
-                   "supported yet: give --stage-image to the sbatch or "
-                   "salloc that creates the job");
-        return -1;
+        /* case F28: a new image on an srun inside the job is staged at
+         * step start on the step's nodes, before its tasks run. */
+        sh_plugin.step_staging = true;
     }
     if (sh_plugin.specs == NULL) {
         sh_plugin.specs = sh_spec_set_new();
@@ -258,7 +256,13 @@ int sh_submit_post_opt(spank_t sp)
                     strerror(errno));
         return -1;
     }
-    rc = spank_job_control_setenv(sp, SH_SPEC_ENV, wire, 1);
+    if (sh_plugin.step_staging) {
+        /* spank_setenv is remote-only; srun hands its own environment to
+         * the step, where slurmstepd reads it with spank_getenv. */
+        rc = setenv(SH_STEP_SPEC_ENV, wire, 1) == 0 ? ESPANK_SUCCESS : ESPANK_ERROR;
+    } else {
+        rc = spank_job_control_setenv(sp, SH_SPEC_ENV, wire, 1);
+    }
     free(wire);
     if (rc != ESPANK_SUCCESS) {
         slurm_error("stagehand: --stage-image: cannot pass the spec to the "

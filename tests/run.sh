@@ -98,6 +98,14 @@ if [ "$unit_rc" -ne 0 ]; then
     failures+=("unit tests (see build-asan/meson-logs/testlog.txt)")
 fi
 
+# One-host end-to-end tests of the agent (control plane + PMIx host + engine):
+# each meson test is one test here.
+echo "== agent tests (ASan + UBSan)"
+meson test -C build-asan --suite agent --print-errorlogs >build-asan/agent.out 2>&1
+while read -r name verdict; do
+    note_result "agent: $name" "$([ "$verdict" = OK ] && echo 0 || echo 1)"
+done < <(sed -nE 's/^ *[0-9]+\/[0-9]+ stagehand:agent \/ ([a-z_0-9]+) +([A-Z]+).*/\1 \2/p' build-asan/agent.out)
+
 # ------------------------------------------------------------------ lint --
 echo "== lint"
 if cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \

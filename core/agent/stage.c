@@ -54,6 +54,7 @@ enum vote { VOTE_CURRENT = 0, VOTE_NEED = 1, VOTE_ERROR = 2 };
 struct agent_in {
     unsigned proto;
     uint64_t jobid;
+    uint64_t stepid;        /* STEP_JOB for the job prolog's staging */
     uid_t uid;
     gid_t gid;
     char user[256];
@@ -152,6 +153,7 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
     uint64_t v = 0;
 
     memset(in, 0, sizeof(*in));
+    in->stepid = STEP_JOB;
     in->uid = (uid_t)-1;
     in->gid = (gid_t)-1;
     while (!ended && lines++ < MAX_INPUT_LINES && fgets(line, sizeof(line), f) != NULL) {
@@ -171,6 +173,8 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
             in->proto = (unsigned)v;
         } else if (strcmp(key, SH_AGENT_IN_JOBID) == 0) {
             bad = parse_u64(value, &in->jobid) != 0;
+        } else if (strcmp(key, SH_AGENT_IN_STEPID) == 0) {
+            bad = parse_u64(value, &in->stepid) != 0 || in->stepid >= STEP_JOB;
         } else if (strcmp(key, SH_AGENT_IN_UID) == 0) {
             bad = parse_u64(value, &v) != 0 || v >= UINT32_MAX;
             in->uid = (uid_t)v;
@@ -259,7 +263,7 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
     const char *root = sh_config_allowed_root(&a->cfg, dir);
     char path[PATH_MAX];
     char *save = NULL, *comp, *next;
-    int fd, nfd;
+    int fd;
 
     if (root == NULL) {
         snprintf(err, errlen, "default destination %s is not under an allowed root", dir);
@@ -275,6 +279,8 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
     comp = strtok_r(path, "/", &save);
     while (comp != NULL) {
         bool last;
+
+        int nfd;
 
         next = strtok_r(NULL, "/", &save);
         last = next == NULL;
@@ -306,7 +312,10 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", SH_RUNTIME_DIR, strerror(errno));
         return -1;
     }
-    snprintf(name, sizeof(name), "%" PRIu64, a->in.jobid);
+    if (a->in.stepid == STEP_JOB)
+        snprintf(name, sizeof(name), "%" PRIu64, a->in.jobid);
+    else
+        snprintf(name, sizeof(name), "%" PRIu64 ".%" PRIu64, a->in.jobid, a->in.stepid);
     jfd = make_owned_dir(rfd, name, a->in.uid, a->in.gid, 0700);
     close(rfd);
     if (jfd < 0) {
@@ -336,7 +345,7 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
         snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
         return -1;
     }
-    if (sh_key_derive_job(&site, a->in.cluster, a->in.jobid, STEP_JOB,
+    if (sh_key_derive_job(&site, a->in.cluster, a->in.jobid, a->in.stepid,
                           (uint32_t)a->in.uid, a->kjob) != 0) {
         sh_key_wipe(&site, sizeof(site));
         snprintf(err, errlen, "key derivation failed");
@@ -515,7 +524,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     cc.port_base = a->cfg.port_base;
     cc.port_range = a->cfg.port_range;
     cc.jobid = a->in.jobid;
-    cc.stepid = STEP_JOB - 1 - img; /* a tree of its own per image */
+    cc.stepid = a->in.stepid ^ ((uint64_t)(img + 1) << 40); /* a tree of its own per image */
     cc.kjob = a->kjob;
     if (sh_ctl_join(&cc, a->deadline, &sub) != 0) {
         snprintf(err, errlen, "engine control tree: %s", strerror(errno));
@@ -562,7 +571,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
             NULL,
         };
         const char *envp[] = {
-            "PATH=/usr/bin:/bin", env_jobid, env_jobid2, env_nodelist, env_step, env_tmp,
+            env_jobid, env_jobid2, env_nodelist, env_step, env_tmp,
             "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp",
             "OMPI_MCA_btl_base_warn_component_unused=0", NULL,
         };
@@ -851,7 +860,7 @@ static void stage_image(struct agent *a, size_t img)
             return;
         }
         if (a->index == 0) {
-            char summary[512], missing[512];
+            char missing[512];
             size_t o = 0;
 
             buf[0] = '\0';
@@ -870,6 +879,7 @@ static void stage_image(struct agent *a, size_t img)
                                       o > 0 ? "; " : "fail ", missing);
             if (o == 0) {
                 static char json[65536];
+                char summary[512];
 
                 engine_json(a, img, json, sizeof(json));
                 engine_summary(json, dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
@@ -983,7 +993,7 @@ int sh_agent_prolog_main(void)
         cc.port_base = a.cfg.port_base;
         cc.port_range = a.cfg.port_range;
         cc.jobid = a.in.jobid;
-        cc.stepid = STEP_JOB;
+        cc.stepid = a.in.stepid;
         cc.kjob = a.kjob;
         if (sh_ctl_join(&cc, a.deadline, &a.ctl) != 0) {
             set_failure(&a, false, "node %s: control plane: %s%s", a.in.nodename,

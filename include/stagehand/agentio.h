@@ -3,7 +3,7 @@
  *
  * Plugin -> agent (the agent's stdin), in any order, then "end":
  *   version=<SH_AGENT_PROTO_VERSION>
- *   jobid=<n>  uid=<n>  gid=<n>  user=<name>
+ *   jobid=<n>  [stepid=<n>: a job step's staging]  uid=<n>  gid=<n>  user=<name>
  *   nodelist=<Slurm hostlist>  nodename=<this node>  cluster=<name>
  *   spec=<canonical spec set, stagehand/spec.h>
  *   arg=<plugstack argument>          (repeated, in order)
@@ -25,6 +25,7 @@
 
 #define SH_AGENT_IN_VERSION  "version"
 #define SH_AGENT_IN_JOBID    "jobid"
+#define SH_AGENT_IN_STEPID   "stepid"
 #define SH_AGENT_IN_UID      "uid"
 #define SH_AGENT_IN_GID      "gid"
 #define SH_AGENT_IN_USER     "user"

@@ -67,6 +67,9 @@
  * "SPANK_" prefix (measured, see notes/measured-facts.md). */
 #define SH_SPEC_ENV "STAGEHAND_SPEC"
 #define SH_SPEC_PROLOG_ENV "SPANK_" SH_SPEC_ENV
+/* Images given on an srun inside an existing job: staged at step start by
+ * slurmstepd (spank_setenv in srun, spank_getenv in the remote context). */
+#define SH_STEP_SPEC_ENV "STAGEHAND_STEP_SPEC"
 /* Set to "1" next to the spec when the user asked for --stage-verbose. */
 #define SH_VERBOSE_ENV "STAGEHAND_VERBOSE"
 #define SH_VERBOSE_PROLOG_ENV "SPANK_" SH_VERBOSE_ENV

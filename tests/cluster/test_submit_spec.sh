@@ -7,8 +7,8 @@
 #   SLURM_SPANK_STAGEHAND_SPEC (the prolog gets it as SPANK_STAGEHAND_SPEC);
 # - an srun inside the job that repeats one of the job's images (inherited
 #   or given again) is accepted without a new staging; a new image on such an
-#   srun is refused with a message (case F28: never silently do nothing)
-#   until step-level staging exists.
+#   srun is staged at step start on the step's nodes before its tasks run
+#   (case F28: never silently do nothing).
 source "$(dirname "$0")/lib.sh"
 
 plugin="$STAGEHAND_PREFIX/lib/slurm/stagehand.so"
@@ -41,19 +41,15 @@ out=$(as_user timeout 120 sbatch -N1 --wait -o "$dir/job.out" \
           --wrap="echo \"spec=\$SLURM_SPANK_STAGEHAND_SPEC\"
 srun -N1 true && echo inner-inherited-ok
 srun -N1 --stage-image='$dir/b\\,c.sqsh' true && echo inner-repeat-ok
-srun -N1 --stage-image='$dir/a.sqsh:$new_dst' true 2>&1
+srun -N1 --stage-image='$dir/a.sqsh:$new_dst' sh -c 'echo \"inner-new-image=\$STAGEHAND_IMAGE \$(cat \$STAGEHAND_IMAGE)\"' 2>&1
 echo inner-new-rc=\$?" 2>&1) || fail "sbatch failed: $out"
 job=$(cat "$dir/job.out")
 grep -qxF "spec=$spec" <<<"$job" || fail "expected spec=$spec in the job, got:
 $job"
 grep -qx inner-inherited-ok <<<"$job" || fail "plain srun inside the job failed: $job"
 grep -qx inner-repeat-ok <<<"$job" || fail "srun repeating a job image failed: $job"
-want="srun: error: stagehand: --stage-image=$dir/a.sqsh:$new_dst: staging from srun inside an existing job is not supported yet: give --stage-image to the sbatch or salloc that creates the job"
-grep -qxF "$want" <<<"$job" || fail "new image on an inner srun: expected
-  $want
-got:
-$job"
-grep -qx 'inner-new-rc=[1-9][0-9]*' <<<"$job" || fail "inner srun with a new image succeeded: $job"
+grep -qxF "inner-new-image=$new_dst a" <<<"$job" || fail "new image on an inner srun was not staged at step start: $job"
+grep -qx 'inner-new-rc=0' <<<"$job" || fail "inner srun with a new image failed: $job"
 echo "ok: sbatch passed the canonical spec; inner sruns behave"
 
 # salloc passes the same spec to its shell.
