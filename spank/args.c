@@ -18,15 +18,14 @@ static int opt_cb(int val, const char *optarg, int remote);
 /* struct spank_option holds non-const char pointers (spank.h). */
 static char image_name[] = "stage-image";
 static char image_arginfo[] = "SRC[:DST][,...]";
+/* One line each: --help prints the usage from column 30 and wraps it at 80
+ * columns, so keep each at most 50 bytes. The full grammar (escapes, repeats,
+ * default destination) is in stagehand(8). */
 static char image_usage[] =
-    "Copy the file SRC (e.g. a Squashfs image) to DST on the node-local "
-    "storage of every node of the job before its first step starts. "
-    "Absolute paths; without DST the site's default directory is used. "
-    "Repeatable; ',' separates images. Write ':' ',' '\\' inside a path as "
-    "'\\:' '\\,' '\\\\'.";
+    "Stage SRC to local DST at job start (stagehand(8))";
 static char verbose_name[] = "stage-verbose";
 static char verbose_usage[] =
-    "Print a one-line summary per staged image in the job's output";
+    "Print one summary line per staged image";
 
 static struct spank_option options[] = {
     { image_name, image_arginfo, image_usage, 1, OPT_STAGE_IMAGE, opt_cb },

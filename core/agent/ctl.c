@@ -1,5 +1,6 @@
 /* Agent control-plane tree (see stagehand/ctl.h). */
 #include "config.h"
+#include "stagehand/bytes.h"
 #include "stagehand/ctl.h"
 #include "stagehand/clock.h"
 #include "stagehand/frame.h"
@@ -506,30 +507,6 @@ void sh_ctl_close(struct sh_ctl *ctl)
 
 /* ---- encoding of entries --------------------------------------------- */
 
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static uint32_t get_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
-
-static uint64_t get_be64(const unsigned char *p)
-{
-    return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
-}
-
 void sh_ctl_result_free(struct sh_ctl_result *res)
 {
     if (res == NULL)
@@ -566,16 +543,16 @@ static int encode_entries(const struct sh_ctl *ctl, const struct sh_ctl_entry *e
     buf = malloc((size_t)size);
     if (buf == NULL)
         return -1;
-    put_be64(buf, ctl->op);
-    put_be32(buf + 8, count);
+    sh_put_be64(buf, ctl->op);
+    sh_put_be32(buf + 8, count);
     p = buf + OP_HDR;
     for (uint32_t i = 0; i < ctl->n; i++) {
         if (top != UINT32_MAX && !in_subtree(i, top, ctl->k))
             continue;
-        put_be32(p, i);
-        put_be32(p + 4, e[i].state);
-        put_be32(p + 8, e[i].tag);
-        put_be32(p + 12, e[i].len);
+        sh_put_be32(p, i);
+        sh_put_be32(p + 4, e[i].state);
+        sh_put_be32(p + 8, e[i].tag);
+        sh_put_be32(p + 12, e[i].len);
         if (e[i].len > 0)
             memcpy(p + ENTRY_HDR, e[i].data, e[i].len);
         p += ENTRY_HDR + e[i].len;
@@ -595,28 +572,28 @@ static int decode_entries(struct sh_ctl *ctl, const unsigned char *buf, uint32_t
     const unsigned char *end = buf + len;
     uint32_t count;
 
-    if (len < OP_HDR || get_be64(buf) != ctl->op) {
+    if (len < OP_HDR || sh_get_be64(buf) != ctl->op) {
         sh_warn("ctl", "message from %s rejected: wrong operation (%llu, expected "
-                "%llu)", peer, len < OP_HDR ? 0ULL : (unsigned long long)get_be64(buf),
+                "%llu)", peer, len < OP_HDR ? 0ULL : (unsigned long long)sh_get_be64(buf),
                 (unsigned long long)ctl->op);
         errno = EPROTO;
         return -1;
     }
-    count = get_be32(buf + 8);
+    count = sh_get_be32(buf + 8);
     for (uint32_t c = 0; c < count; c++) {
         uint32_t idx, dlen;
 
         if ((size_t)(end - p) < ENTRY_HDR)
             goto bad;
-        idx = get_be32(p);
-        dlen = get_be32(p + 12);
+        idx = sh_get_be32(p);
+        dlen = sh_get_be32(p + 12);
         if (idx >= ctl->n || seen[idx] ||
             (top != UINT32_MAX && !in_subtree(idx, top, ctl->k)) ||
-            get_be32(p + 4) > SH_CTL_UNREACHABLE || (size_t)(end - p - ENTRY_HDR) < dlen)
+            sh_get_be32(p + 4) > SH_CTL_UNREACHABLE || (size_t)(end - p - ENTRY_HDR) < dlen)
             goto bad;
         seen[idx] = 1;
-        e[idx].state = get_be32(p + 4);
-        e[idx].tag = get_be32(p + 8);
+        e[idx].state = sh_get_be32(p + 4);
+        e[idx].tag = sh_get_be32(p + 8);
         e[idx].len = dlen;
         if (dlen > 0) {
             e[idx].data = malloc(dlen);
@@ -833,7 +810,7 @@ static int bcast_core(struct sh_ctl *ctl, uint16_t type, unsigned char **buf,
             errno = err;
             return -1;
         }
-        if (t != type || *len < 8 || get_be64(*buf) != ctl->op) {
+        if (t != type || *len < 8 || sh_get_be64(*buf) != ctl->op) {
             sh_error("ctl", "unexpected message from parent %s (type %u)",
                      ctl->parent.peer, t);
             free(*buf);
@@ -870,7 +847,7 @@ int sh_ctl_bcast(struct sh_ctl *ctl, const void *data, uint32_t len,
         buf = malloc(blen);
         if (buf == NULL)
             return -1;
-        put_be64(buf, ctl->op);
+        sh_put_be64(buf, ctl->op);
         if (len > 0)
             memcpy(buf + 8, data, len);
     }
@@ -893,7 +870,7 @@ int sh_ctl_sync_deadline(struct sh_ctl *ctl, int64_t *deadline_ns)
     uint32_t len = 0;
     int64_t left = *deadline_ns - sh_now_ns();
 
-    put_be64(mine, (uint64_t)(left > 0 ? left : 0));
+    sh_put_be64(mine, (uint64_t)(left > 0 ? left : 0));
     if (sh_ctl_bcast(ctl, mine, sizeof(mine), &got, &len, *deadline_ns) != 0)
         return -1;
     if (len != sizeof(mine)) {
@@ -902,8 +879,8 @@ int sh_ctl_sync_deadline(struct sh_ctl *ctl, int64_t *deadline_ns)
         errno = EPROTO;
         return -1;
     }
-    if (get_be64(got) <= (uint64_t)INT64_MAX) {
-        int64_t theirs = sh_now_ns() + (int64_t)get_be64(got);
+    if (sh_get_be64(got) <= (uint64_t)INT64_MAX) {
+        int64_t theirs = sh_now_ns() + (int64_t)sh_get_be64(got);
 
         if (theirs < *deadline_ns)
             *deadline_ns = theirs;
@@ -980,14 +957,14 @@ int sh_ctl_state_save(const struct sh_ctl *ctl, unsigned char *buf, size_t len)
         errno = EINVAL;
         return -1;
     }
-    put_be64(p, ctl->op);
-    put_be64(p + 8, ctl->parent.tx.seq);
-    put_be64(p + 16, ctl->parent.rx.seq);
+    sh_put_be64(p, ctl->op);
+    sh_put_be64(p + 8, ctl->parent.tx.seq);
+    sh_put_be64(p + 16, ctl->parent.rx.seq);
     p += 24;
     for (uint32_t j = 0; j < ctl->nchild; j++, p += 17) {
         p[0] = ctl->child[j].fd >= 0;
-        put_be64(p + 1, ctl->child[j].tx.seq);
-        put_be64(p + 9, ctl->child[j].rx.seq);
+        sh_put_be64(p + 1, ctl->child[j].tx.seq);
+        sh_put_be64(p + 9, ctl->child[j].rx.seq);
     }
     return 0;
 }
@@ -1000,17 +977,17 @@ int sh_ctl_state_load(struct sh_ctl *ctl, const unsigned char *buf, size_t len)
         errno = EINVAL;
         return -1;
     }
-    ctl->op = get_be64(p);
-    ctl->parent.tx.seq = get_be64(p + 8);
-    ctl->parent.rx.seq = get_be64(p + 16);
+    ctl->op = sh_get_be64(p);
+    ctl->parent.tx.seq = sh_get_be64(p + 8);
+    ctl->parent.rx.seq = sh_get_be64(p + 16);
     p += 24;
     for (uint32_t j = 0; j < ctl->nchild; j++, p += 17) {
         if (!p[0] && ctl->child[j].fd >= 0) {
             sh_chan_close(&ctl->child[j]);
             ctl->child[j].fd = -1;
         }
-        ctl->child[j].tx.seq = get_be64(p + 1);
-        ctl->child[j].rx.seq = get_be64(p + 9);
+        ctl->child[j].tx.seq = sh_get_be64(p + 1);
+        ctl->child[j].rx.seq = sh_get_be64(p + 9);
     }
     return 0;
 }

@@ -1,5 +1,6 @@
 /* Authenticated control-plane frames (see stagehand/frame.h). */
 #include "config.h"
+#include "stagehand/bytes.h"
 #include "stagehand/frame.h"
 #include "stagehand/clock.h"
 #include "stagehand/log.h"
@@ -13,35 +14,6 @@
 #include <unistd.h>
 
 #include <openssl/crypto.h>
-
-static void put_be16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)(v >> 8);
-    p[1] = (unsigned char)v;
-}
-
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static uint16_t get_be16(const unsigned char *p)
-{
-    return (uint16_t)((unsigned)p[0] << 8 | p[1]);
-}
-
-static uint32_t get_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get_be64(const unsigned char *p)
-{
-    return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
-}
 
 static const char *peer_name(const char *peer)
 {
@@ -71,13 +43,13 @@ int sh_frame_seal(struct sh_frame_key *tx, uint16_t type, const void *payload,
         errno = EOVERFLOW;
         return -1;
     }
-    put_be32(out, SH_FRAME_MAGIC);
-    put_be16(out + 4, SH_FRAME_VERSION);
-    put_be16(out + 6, type);
-    put_be32(out + 8, (uint32_t)((tx->seq + 1) >> 32));
-    put_be32(out + 12, (uint32_t)(tx->seq + 1));
-    put_be32(out + 16, len);
-    put_be32(out + 20, 0);
+    sh_put_be32(out, SH_FRAME_MAGIC);
+    sh_put_be16(out + 4, SH_FRAME_VERSION);
+    sh_put_be16(out + 6, type);
+    sh_put_be32(out + 8, (uint32_t)((tx->seq + 1) >> 32));
+    sh_put_be32(out + 12, (uint32_t)(tx->seq + 1));
+    sh_put_be32(out + 16, len);
+    sh_put_be32(out + 20, 0);
     if (len > 0)
         memcpy(out + SH_FRAME_HDR_LEN, payload, len);
     if (frame_tag(tx->key, out, out + SH_FRAME_HDR_LEN, len,
@@ -91,8 +63,8 @@ int sh_frame_check_header(const unsigned char hdr[SH_FRAME_HDR_LEN],
                           uint32_t max_payload, const char *peer,
                           uint16_t *type, uint64_t *seq, uint32_t *len)
 {
-    uint32_t magic = get_be32(hdr);
-    uint16_t version = get_be16(hdr + 4);
+    uint32_t magic = sh_get_be32(hdr);
+    uint16_t version = sh_get_be16(hdr + 4);
 
     if (magic != SH_FRAME_MAGIC) {
         sh_warn("ctl", "frame from %s rejected: bad magic 0x%08x", peer_name(peer),
@@ -106,20 +78,20 @@ int sh_frame_check_header(const unsigned char hdr[SH_FRAME_HDR_LEN],
         errno = EBADMSG;
         return -1;
     }
-    if (get_be32(hdr + 20) != 0 || get_be16(hdr + 6) == 0) {
+    if (sh_get_be32(hdr + 20) != 0 || sh_get_be16(hdr + 6) == 0) {
         sh_warn("ctl", "frame from %s rejected: malformed header", peer_name(peer));
         errno = EBADMSG;
         return -1;
     }
-    *len = get_be32(hdr + 16);
+    *len = sh_get_be32(hdr + 16);
     if (*len > max_payload) {
         sh_warn("ctl", "frame from %s rejected: oversized payload of %u bytes "
                 "(limit %u)", peer_name(peer), *len, max_payload);
         errno = EMSGSIZE;
         return -1;
     }
-    *type = get_be16(hdr + 6);
-    *seq = get_be64(hdr + 8);
+    *type = sh_get_be16(hdr + 6);
+    *seq = sh_get_be64(hdr + 8);
     return 0;
 }
 

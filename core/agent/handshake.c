@@ -1,5 +1,6 @@
 /* Control-plane handshake (see stagehand/handshake.h). */
 #include "config.h"
+#include "stagehand/bytes.h"
 #include "stagehand/handshake.h"
 #include "stagehand/clock.h"
 #include "stagehand/log.h"
@@ -33,34 +34,10 @@ struct hs_msg {
     unsigned char proof[SH_KEY_LEN];
 };
 
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static uint32_t get_be32(const unsigned char *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
-
-static uint64_t get_be64(const unsigned char *p)
-{
-    return (uint64_t)get_be32(p) << 32 | get_be32(p + 4);
-}
-
 /* Header: magic(4) version(2) type(2). */
 static void put_head(unsigned char *p, uint16_t type)
 {
-    put_be32(p, HS_MAGIC);
+    sh_put_be32(p, HS_MAGIC);
     p[4] = (unsigned char)(HS_VERSION >> 8);
     p[5] = (unsigned char)HS_VERSION;
     p[6] = (unsigned char)(type >> 8);
@@ -74,10 +51,10 @@ static size_t encode(const struct hs_msg *m, unsigned char *buf)
         memcpy(buf + 8, m->proof, SH_KEY_LEN);
         return PROOF_LEN;
     }
-    put_be64(buf + 8, m->jobid);
-    put_be64(buf + 16, m->stepid);
-    put_be32(buf + 24, m->from);
-    put_be32(buf + 28, m->to);
+    sh_put_be64(buf + 8, m->jobid);
+    sh_put_be64(buf + 16, m->stepid);
+    sh_put_be32(buf + 24, m->from);
+    sh_put_be32(buf + 28, m->to);
     memcpy(buf + 32, m->nonce, SH_NONCE_LEN);
     if (m->type == HS_HELLO)
         return HELLO_LEN;
@@ -100,7 +77,7 @@ static int recv_msg(int fd, uint16_t type, const char *peer, int64_t deadline_ns
 
     if (sh_io_read_full(fd, buf, 8, NULL, deadline_ns) != 0)
         return -1;
-    if (get_be32(buf) != HS_MAGIC || buf[4] != (HS_VERSION >> 8) ||
+    if (sh_get_be32(buf) != HS_MAGIC || buf[4] != (HS_VERSION >> 8) ||
         buf[5] != (HS_VERSION & 0xff) || buf[6] != (type >> 8) ||
         buf[7] != (type & 0xff)) {
         sh_warn("ctl", "handshake with %s rejected: not a stagehand handshake "
@@ -121,10 +98,10 @@ static int recv_msg(int fd, uint16_t type, const char *peer, int64_t deadline_ns
         memcpy(m->proof, buf + 8, SH_KEY_LEN);
         return 0;
     }
-    m->jobid = get_be64(buf + 8);
-    m->stepid = get_be64(buf + 16);
-    m->from = get_be32(buf + 24);
-    m->to = get_be32(buf + 28);
+    m->jobid = sh_get_be64(buf + 8);
+    m->stepid = sh_get_be64(buf + 16);
+    m->from = sh_get_be32(buf + 24);
+    m->to = sh_get_be32(buf + 28);
     memcpy(m->nonce, buf + 32, SH_NONCE_LEN);
     if (type == HS_CHALLENGE)
         memcpy(m->proof, buf + HELLO_LEN, SH_KEY_LEN);
@@ -151,12 +128,12 @@ static int make_proof(const unsigned char kjob[SH_KEY_LEN], const char *role,
     size_t rlen = strlen(role);
     struct iovec iov[7];
 
-    put_be32(len_label, (uint32_t)(sizeof(label) - 1));
-    put_be32(len_role, (uint32_t)rlen);
-    put_be64(ids, jobid);
-    put_be64(ids + 8, stepid);
-    put_be32(ids + 16, server);
-    put_be32(ids + 20, client);
+    sh_put_be32(len_label, (uint32_t)(sizeof(label) - 1));
+    sh_put_be32(len_role, (uint32_t)rlen);
+    sh_put_be64(ids, jobid);
+    sh_put_be64(ids + 8, stepid);
+    sh_put_be32(ids + 16, server);
+    sh_put_be32(ids + 20, client);
     iov[0] = (struct iovec){ len_label, 4 };
     iov[1] = (struct iovec){ (void *)(uintptr_t)label, sizeof(label) - 1 };
     iov[2] = (struct iovec){ len_role, 4 };

@@ -1,5 +1,6 @@
 /* Site key loading and key derivation (see stagehand/key.h). */
 #include "config.h"
+#include "stagehand/bytes.h"
 #include "stagehand/key.h"
 #include "stagehand/log.h"
 
@@ -141,20 +142,6 @@ fail:
     return -1;
 }
 
-static void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
-
 int sh_key_derive_job(const struct sh_site_key *site, const char *cluster,
                       uint64_t jobid, uint64_t stepid, uint32_t uid,
                       unsigned char out[SH_KEY_LEN])
@@ -170,13 +157,13 @@ int sh_key_derive_job(const struct sh_site_key *site, const char *cluster,
         errno = EINVAL;
         return -1;
     }
-    put_be32(len_label, (uint32_t)(sizeof(label) - 1));
-    put_be32(len_cluster, (uint32_t)clen);
-    put_be32(len_8, 8);
-    put_be32(len_4, 4);
-    put_be64(job, jobid);
-    put_be64(step, stepid);
-    put_be32(uidb, uid);
+    sh_put_be32(len_label, (uint32_t)(sizeof(label) - 1));
+    sh_put_be32(len_cluster, (uint32_t)clen);
+    sh_put_be32(len_8, 8);
+    sh_put_be32(len_4, 4);
+    sh_put_be64(job, jobid);
+    sh_put_be64(step, stepid);
+    sh_put_be32(uidb, uid);
     iov[0] = (struct iovec){ len_label, 4 };
     iov[1] = (struct iovec){ (void *)(uintptr_t)label, sizeof(label) - 1 };
     iov[2] = (struct iovec){ len_cluster, 4 };
@@ -202,9 +189,9 @@ int sh_key_derive_session(const unsigned char kjob[SH_KEY_LEN],
     unsigned char len_label[4], len_dir[4], len_nonce[4];
     struct iovec iov[8];
 
-    put_be32(len_label, (uint32_t)(sizeof(label) - 1));
-    put_be32(len_dir, 3);
-    put_be32(len_nonce, SH_NONCE_LEN);
+    sh_put_be32(len_label, (uint32_t)(sizeof(label) - 1));
+    sh_put_be32(len_dir, 3);
+    sh_put_be32(len_nonce, SH_NONCE_LEN);
     iov[0] = (struct iovec){ len_label, 4 };
     iov[1] = (struct iovec){ (void *)(uintptr_t)label, sizeof(label) - 1 };
     iov[2] = (struct iovec){ len_dir, 4 };

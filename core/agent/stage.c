@@ -46,6 +46,10 @@
  * port derivation; job steps use their own id. */
 #define STEP_JOB UINT64_C(0xfffffffe)
 
+/* The engine's exit code for a source error (SH_EXIT_SOURCE in
+ * core/engine/report.h), as its JSON summary reports it ("exit_code"). */
+#define ENGINE_EXIT_SOURCE 3
+
 /* Control-plane message tags. */
 enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
 
@@ -404,6 +408,107 @@ static int probe_source(const char *src, struct sh_src_id *id, char *err,
     return 0;
 }
 
+/* Check @dst's place on this node as the job user, before any data moves
+ * (DESIGN.md §5, cases F17b, F31). Below the allowed root every existing
+ * directory of DST's path must be a real directory (a symbolic link could
+ * take the copy out of the allowed root), belong to the user or root, and
+ * not be writable by others unless sticky; DST itself must not be a
+ * directory, nor a file of another user that a sticky directory keeps us
+ * from replacing. A symlink planted as DST itself is fine: the engine
+ * replaces it with rename(2) and never follows it. Missing directories are
+ * left to the engine, which creates them as the user. Returns 0, or -1 with
+ * the user's error in @why. */
+static int check_dest_path(const struct agent *a, const char *dst, char *why,
+                           size_t whylen)
+{
+    const char *root = sh_config_allowed_root(&a->cfg, dst);
+    char rest[PATH_MAX], sofar[PATH_MAX];
+    char *save = NULL, *comp, *next;
+    struct stat dsb, sb;
+    int fd, rc = -1;
+
+    if (root == NULL) {
+        snprintf(why, whylen, "destination %s is not under an allowed directory", dst);
+        return -1;
+    }
+    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &dsb) != 0) {
+        snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    snprintf(rest, sizeof(rest), "%s", dst + strlen(root));
+    snprintf(sofar, sizeof(sofar), "%s", root);
+    comp = strtok_r(rest, "/", &save);
+    while (comp != NULL) {
+        size_t used = strlen(sofar);
+        int nfd;
+
+        next = strtok_r(NULL, "/", &save);
+        snprintf(sofar + used, sizeof(sofar) - used, "/%s", comp);
+        if (fstatat(fd, comp, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) {
+                rc = 0; /* the engine creates the rest as the user */
+                break;
+            }
+            snprintf(why, whylen, "destination %s: %s: %s", dst, sofar, strerror(errno));
+            break;
+        }
+        if (next == NULL) {
+            /* DST itself */
+            if (S_ISDIR(sb.st_mode)) {
+                snprintf(why, whylen, "destination %s is a directory", dst);
+                break;
+            }
+            if (!S_ISLNK(sb.st_mode) && sb.st_uid != a->in.uid && sb.st_uid != 0 &&
+                (dsb.st_mode & S_ISVTX) != 0 && dsb.st_uid != a->in.uid) {
+                snprintf(why, whylen, "destination %s belongs to another user (uid "
+                         "%u) and its directory is sticky: it cannot be replaced",
+                         dst, (unsigned)sb.st_uid);
+                break;
+            }
+            rc = 0;
+            break;
+        }
+        if (S_ISLNK(sb.st_mode)) {
+            snprintf(why, whylen, "destination %s: %s is a symbolic link (staging never "
+                     "follows links below the allowed directory %s)", dst, sofar, root);
+            break;
+        }
+        if (!S_ISDIR(sb.st_mode)) {
+            snprintf(why, whylen, "destination %s: %s is not a directory", dst, sofar);
+            break;
+        }
+        if (sb.st_uid != a->in.uid && sb.st_uid != 0) {
+            snprintf(why, whylen, "destination %s: directory %s belongs to another "
+                     "user (uid %u)", dst, sofar, (unsigned)sb.st_uid);
+            break;
+        }
+        if ((sb.st_mode & S_IWOTH) != 0 && (sb.st_mode & S_ISVTX) == 0) {
+            snprintf(why, whylen, "destination %s: directory %s is writable by every "
+                     "user (mode %04o): another user could replace the image", dst,
+                     sofar, (unsigned)(sb.st_mode & 07777));
+            break;
+        }
+        nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0) {
+            snprintf(why, whylen, "destination %s: %s: %s", dst, sofar,
+                     errno == ELOOP ? "is a symbolic link" : strerror(errno));
+            break;
+        }
+        close(fd);
+        fd = nfd;
+        dsb = sb;
+        comp = next;
+    }
+    close(fd);
+    return rc;
+}
+
 /* This node's vote for @dst given the source @id. Content checks are left to
  * the engine (it hashes DST); here only the recorded metadata decides. */
 static enum vote vote_for(const struct agent *a, const char *dst,
@@ -416,6 +521,8 @@ static enum vote vote_for(const struct agent *a, const char *dst,
     const char *reason = "";
     int dirfd, fd, current;
 
+    if (check_dest_path(a, dst, why, whylen) != 0)
+        return VOTE_ERROR;
     snprintf(why, whylen, "needs a copy");
     if (check == SH_CHECK_NEVER || check == SH_CHECK_CONTENT)
         return VOTE_NEED;
@@ -495,7 +602,8 @@ static int decode_src(const unsigned char *data, uint32_t len, const char *src,
 /* Run the engine for one image on the participants. @part lists node
  * indices (node 0 first); this node is @part[mypos]. */
 static int run_engine(struct agent *a, size_t img, const uint32_t *part,
-                      uint32_t npart, uint32_t mypos, char *err, size_t errlen)
+                      uint32_t npart, uint32_t mypos, bool *outcome, char *err,
+                      size_t errlen)
 {
     struct sh_ctl_cfg cc;
     struct sh_ctl *sub = NULL;
@@ -615,8 +723,11 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
             dup2(saved_err, STDERR_FILENO);
             close(saved_err);
         }
-        if (rc != 0)
+        if (rc != 0) {
+            /* the outcome names every node already */
+            *outcome = po.message[0] != '\0';
             snprintf(err, errlen, "%s", po.message[0] != '\0' ? po.message : strerror(errno));
+        }
         sh_pmix_outcome_free(&po);
     }
 out:
@@ -697,32 +808,97 @@ static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
              secs > 0 ? bytes / secs / 1048576.0 : 0.0);
 }
 
+/* Per-node reasons, grouped for a message: nodes with the same reason are
+ * named together ("n1, n2: reason; n3: another"), so a cause shared by every
+ * node (the source changed, a symlink on every node) is said once. */
+#define REASONS_MAX 16
+
+struct reasons {
+    size_t n;
+    bool more;                      /* distinct reasons beyond REASONS_MAX */
+    char nodes[REASONS_MAX][256];
+    char text[REASONS_MAX][640];
+};
+
+static void reasons_add(struct reasons *r, const char *node, const char *text, size_t tlen)
+{
+    size_t i, used;
+
+    for (i = 0; i < r->n; i++)
+        if (strlen(r->text[i]) == tlen && strncmp(r->text[i], text, tlen) == 0)
+            break;
+    if (i == r->n) {
+        if (r->n == REASONS_MAX) {
+            r->more = true;
+            return;
+        }
+        r->nodes[i][0] = '\0';
+        snprintf(r->text[i], sizeof(r->text[i]), "%.*s", (int)tlen, text);
+        r->n++;
+    }
+    used = strlen(r->nodes[i]);
+    if (used + strlen(node) + 8 < sizeof(r->nodes[i]))
+        snprintf(r->nodes[i] + used, sizeof(r->nodes[i]) - used, "%s%s",
+                 used > 0 ? ", " : "", node);
+    else if (used < 4 || strcmp(r->nodes[i] + used - 4, " ...") != 0)
+        snprintf(r->nodes[i] + used, sizeof(r->nodes[i]) - used, " ...");
+}
+
+/* "nodes: text; nodes: text" into @buf; returns the length. */
+static size_t reasons_format(const struct reasons *r, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    buf[0] = '\0';
+    for (size_t i = 0; i < r->n && o + 1 < len; i++) {
+        int n = snprintf(buf + o, len - o, "%s%s: %s", o > 0 ? "; " : "", r->nodes[i],
+                         r->text[i]);
+        if (n < 0)
+            break;
+        o = o + (size_t)n < len ? o + (size_t)n : len - 1;
+    }
+    if (r->more && o + 1 < len) {
+        int n = snprintf(buf + o, len - o, "; and other errors (see the slurmd logs)");
+        if (n > 0)
+            o = o + (size_t)n < len ? o + (size_t)n : len - 1;
+    }
+    return o;
+}
+
 /* "n2: publish: No space left on device; n3: ..." from the engine's per-node
  * results, into @buf (empty when no node reported an error). */
 static void engine_failures(const char *json, char *buf, size_t len)
 {
-    const char *p = strstr(json, "\"node_results\"");
-    size_t o = 0;
+    static struct reasons r;
+    const char *start = strstr(json, "\"node_results\"");
 
+    memset(&r, 0, sizeof(r));
     buf[0] = '\0';
-    while (p != NULL && o < len - 1) {
-        char node[256], phase[64], error[512];
-        const char *q = json_str(p, "node", node, sizeof(node));
+    /* Pass 0 leaves out nodes that only stopped because another failed ("not
+     * copied: another node failed ..."); pass 1, only when no node said why,
+     * names them too. */
+    for (int pass = 0; pass < 2 && r.n == 0; pass++) {
+        const char *p = start;
 
-        if (q == NULL || json_str(q, "phase", phase, sizeof(phase)) == NULL)
-            break;
-        p = json_str(q, "error", error, sizeof(error));
-        if (p == NULL)
-            break;
-        if (error[0] != '\0') {
-            int n = snprintf(buf + o, len - o, "%s%s: %s%s%s", o > 0 ? "; " : "", node,
-                             phase, phase[0] != '\0' ? ": " : "", error);
-            if (n < 0)
+        while (p != NULL) {
+            char node[256], phase[64], error[512], text[640];
+            const char *q = json_str(p, "node", node, sizeof(node));
+            int n;
+
+            if (q == NULL || json_str(q, "phase", phase, sizeof(phase)) == NULL)
                 break;
-            o += (size_t)n;
+            p = json_str(q, "error", error, sizeof(error));
+            if (p == NULL)
+                break;
+            if (error[0] == '\0' || (pass == 0 && strncmp(error, "not copied", 10) == 0))
+                continue;
+            n = snprintf(text, sizeof(text), "%s%s%s", phase, phase[0] != '\0' ? ": " : "",
+                         error);
+            if (n > 0)
+                reasons_add(&r, node, text, strlen(text));
         }
     }
-    if (o == 0) {
+    if (reasons_format(&r, buf, len) == 0) {
         char serr[512];
         if (json_str(json, "source_error", serr, sizeof(serr)) != NULL && serr[0] != '\0')
             snprintf(buf, len, "%s", serr);
@@ -741,6 +917,7 @@ static void stage_image(struct agent *a, size_t img)
     uint32_t *part = NULL;
     enum vote v;
     int64_t t0 = now_ns();
+    bool outcome = false, leader_cause = false, source_fault = false;
     int len;
 
     /* 1. the leader checks SRC as the user; everyone learns its identity. */
@@ -773,7 +950,22 @@ static void stage_image(struct agent *a, size_t img)
     if (a->index == 0) {
         char missing[512];
 
-        if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0) {
+        static struct reasons r;
+
+        /* A node that cannot take the copy (vote_for: DST's place) fails
+         * the image, naming the node and the reason. */
+        memset(&r, 0, sizeof(r));
+        for (uint32_t i = 0; i < votes.nnodes; i++) {
+            const struct sh_ctl_entry *e = &votes.entry[i];
+
+            if (e->state == SH_CTL_OK && e->len > 2 && e->data[0] - '0' == VOTE_ERROR)
+                reasons_add(&r, sh_ctl_name(a->ctl, i), (const char *)e->data + 2,
+                            e->len - 2);
+        }
+        if (r.n > 0) {
+            memcpy(buf, "fail ", 5);
+            len = (int)(5 + reasons_format(&r, buf + 5, sizeof(buf) - 5));
+        } else if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0) {
             len = snprintf(buf, sizeof(buf), "fail nodes did not answer: %s", missing);
         } else {
             size_t o = (size_t)snprintf(buf, sizeof(buf), "plan");
@@ -834,7 +1026,12 @@ static void stage_image(struct agent *a, size_t img)
 
     /* 4. participants run the engine; everyone then agrees on the result. */
     err[0] = '\0';
-    if (mypos != UINT32_MAX && run_engine(a, img, part, npart, mypos, err, sizeof(err)) != 0) {
+    /* A failure travels as "fail <node>: <reason>", or as "failo <outcome>"
+     * when it is only the engines' exit statuses (the same text on every
+     * participant, naming every node): the leader then keeps the reader's
+     * per-node causes from the engine's summary and drops those. */
+    if (mypos != UINT32_MAX &&
+        run_engine(a, img, part, npart, mypos, &outcome, err, sizeof(err)) != 0) {
         static char json[65536];
         char reason[SH_STATUS_LINE_MAX / 2];
 
@@ -843,8 +1040,16 @@ static void stage_image(struct agent *a, size_t img)
             engine_failures(json, reason, sizeof(reason));
         if (reason[0] != '\0')
             len = snprintf(buf, sizeof(buf), "fail %s", reason);
+        else if (outcome)
+            len = snprintf(buf, sizeof(buf), "failo %.400s", err);
         else
             len = snprintf(buf, sizeof(buf), "fail %s: %.400s", a->in.nodename, err);
+        leader_cause = a->index == 0 && reason[0] != '\0';
+        /* The source changed, vanished or became unreadable after submit:
+         * the user's error, not the node's (DESIGN.md §3), even though the
+         * engine found it. */
+        source_fault = leader_cause &&
+                       json_num(json, "exit_code", -1) == ENGINE_EXIT_SOURCE;
     } else {
         len = snprintf(buf, sizeof(buf), "ok");
     }
@@ -862,21 +1067,45 @@ static void stage_image(struct agent *a, size_t img)
         if (a->index == 0) {
             char missing[512];
             size_t o = 0;
+            bool others = false;
 
             buf[0] = '\0';
             for (uint32_t i = 0; i < res.nnodes; i++) {
                 const struct sh_ctl_entry *e = &res.entry[i];
-                if (e->state == SH_CTL_OK && e->len >= 4 && memcmp(e->data, "fail", 4) == 0 &&
-                    o < sizeof(buf) - 2) {
-                    o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%.*s",
-                                          o > 0 ? "; " : "fail ", (int)e->len - 5,
-                                          (const char *)e->data + 5);
-                }
+                size_t skip;
+                bool dup = false;
+
+                if (e->state != SH_CTL_OK || e->len < 5 || memcmp(e->data, "fail", 4) != 0 ||
+                    o >= sizeof(buf) - 2)
+                    continue;
+                if (e->data[4] == 'o' && leader_cause)
+                    continue;
+                skip = e->data[4] == 'o' ? 6 : 5;
+                if (e->len < skip)
+                    continue;
+                /* the same text from several nodes once */
+                for (uint32_t j = 0; j < i && !dup; j++)
+                    dup = res.entry[j].state == SH_CTL_OK && res.entry[j].len == e->len &&
+                          memcmp(res.entry[j].data, e->data, e->len) == 0;
+                if (dup)
+                    continue;
+                others = others || i != 0;
+                o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%.*s",
+                                      o > 0 ? "; " : "fail ", (int)(e->len - skip),
+                                      (const char *)e->data + skip);
             }
             if (sh_ctl_format_missing(a->ctl, &res, missing, sizeof(missing)) > 0 &&
-                o < sizeof(buf) - 2)
+                o < sizeof(buf) - 2) {
                 o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%snodes did not answer: %s",
                                       o > 0 ? "; " : "fail ", missing);
+                others = true;
+            }
+            /* "failu": only the source failed, a user error */
+            if (o > 4 && source_fault && !others && o + 1 < sizeof(buf)) {
+                memmove(buf + 5, buf + 4, o - 3);
+                buf[4] = 'u';
+                o++;
+            }
             if (o == 0) {
                 static char json[65536];
                 char summary[512];
@@ -905,6 +1134,8 @@ static void stage_image(struct agent *a, size_t img)
             if (strncmp(text, "ok ", 3) == 0) {
                 sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, text + 3);
                 sh_info("stage", "%s", text + 3);
+            } else if (strncmp(text, "failu ", 6) == 0) {
+                set_failure(a, false, "image %s: %s", dst, text + 6);
             } else {
                 set_failure(a, true, "image %s: %s", dst,
                             strncmp(text, "fail ", 5) == 0 ? text + 5 : text);

@@ -7,25 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "stagehand/log.h"
 #include "stagehand/size.h"
 #include "stagehand/spec.h"
 
 #define NS_PER_S 1000000000ULL
 #define SHOW_MAX 320
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 void sh_config_defaults(struct sh_config *cfg)
 {
@@ -74,7 +61,7 @@ static int bad(const struct arg *a, int errnum, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
-    seterr(a->err, a->errlen, "%s=%s: %s", a->key,
+    sh_errf(a->err, a->errlen, "%s=%s: %s", a->key,
            sh_spec_display(a->val, show, sizeof(show)), reason);
     errno = errnum;
     return -1;
@@ -297,13 +284,13 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
     struct arg a = { "default_dest", cfg->default_dest, err, errlen };
 
     if (cfg->n_allowed_dest == 0) {
-        seterr(err, errlen, "allowed_dest is required (e.g. "
+        sh_errf(err, errlen, "allowed_dest is required (e.g. "
                "allowed_dest=/nvme): the directories users may stage to");
         errno = EINVAL;
         return -1;
     }
     if ((unsigned)cfg->port_base + cfg->port_range - 1 > 65535) {
-        seterr(err, errlen, "port_base=%u port_range=%u: ports beyond 65535",
+        sh_errf(err, errlen, "port_base=%u port_range=%u: ports beyond 65535",
                cfg->port_base, cfg->port_range);
         errno = ERANGE;
         return -1;
@@ -312,7 +299,7 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
         (size_t)snprintf(cfg->default_dest, sizeof(cfg->default_dest),
                          "%s/stage/%%u", cfg->allowed_dest[0]) >=
             sizeof(cfg->default_dest)) {
-        seterr(err, errlen, "default_dest: derived path is too long");
+        sh_errf(err, errlen, "default_dest: derived path is too long");
         errno = ERANGE;
         return -1;
     }
@@ -345,7 +332,7 @@ int sh_config_parse(struct sh_config *cfg, int argc, const char *const *argv,
         size_t k;
 
         if (eq == NULL || klen == 0 || klen >= sizeof(key)) {
-            seterr(err, errlen, "'%s': expected key=value",
+            sh_errf(err, errlen, "'%s': expected key=value",
                    sh_spec_display(argv[i], show, sizeof(show)));
             errno = EINVAL;
             return -1;
@@ -356,7 +343,7 @@ int sh_config_parse(struct sh_config *cfg, int argc, const char *const *argv,
             if (strcmp(key, keys[k]) == 0)
                 break;
         if (k == N_KEYS) {
-            seterr(err, errlen, "unknown key '%s' in '%s'",
+            sh_errf(err, errlen, "unknown key '%s' in '%s'",
                    sh_spec_display(key, show, sizeof(show)),
                    sh_spec_display(argv[i], show + 160, 160));
             errno = EINVAL;
@@ -445,7 +432,7 @@ int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
         strcmp(dst, "/dev/shm") == 0 || sh_spec_path_is_under(dst, "/dev/shm"))
         why = "; /tmp and /dev/shm can be private to each job, so a file "
               "staged there before the job starts would not be visible to it";
-    seterr(err, errlen,
+    sh_errf(err, errlen,
            "destination '%s' is not under a directory this cluster allows "
            "for staging (%s)%s", sh_spec_display(dst, show, sizeof(show)),
            roots, why);

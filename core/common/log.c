@@ -88,3 +88,16 @@ void sh_log(enum sh_log_level level, const char *phase, const char *fmt, ...)
     sh_vlog(level, phase, fmt, ap);
     va_end(ap);
 }
+
+void sh_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    int saved = errno;
+    va_list ap;
+
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    errno = saved;
+}

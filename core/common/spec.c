@@ -1,6 +1,7 @@
 /* --stage-image grammar, spec sets and their wire form; see spec.h. */
 #include "config.h"
 #include "stagehand/spec.h"
+#include "stagehand/log.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -28,52 +29,87 @@ struct sh_spec_set {
 /* Room for one path in a message (longer ones end in "..."). */
 #define SHOW_MAX 320
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static bool is_control(unsigned char c)
 {
     return (c > 0 && c < 0x20) || c == 0x7f;
 }
 
+/* Length of the valid UTF-8 sequence at @p (1-4), or 0 when the byte at @p
+ * does not start one (overlong forms and surrogates are invalid). */
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        n = 3;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        n = 4;
+    else
+        return 0;
+    if (p[0] == 0xe0)
+        lo = 0xa0;
+    else if (p[0] == 0xed)
+        hi = 0x9f;
+    else if (p[0] == 0xf0)
+        lo = 0x90;
+    else if (p[0] == 0xf4)
+        hi = 0x8f;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* Bytes the display of the byte sequence at @p takes, and how many input
+ * bytes that covers (*used): a valid UTF-8 character as is, a control byte
+ * or a byte that is not valid UTF-8 as "\xHH". */
+static size_t display_len(const unsigned char *p, size_t *used)
+{
+    size_t n = utf8_len(p);
+
+    if (n == 0 || (n == 1 && is_control(*p))) {
+        *used = 1;
+        return 4;
+    }
+    *used = n;
+    return n;
+}
+
 char *sh_spec_display(const char *in, char *out, size_t outlen)
 {
     static const char hex[] = "0123456789abcdef";
-    size_t total = 0, reserve, o = 0;
+    size_t total = 0, reserve, o = 0, used;
     const unsigned char *p;
 
     if (outlen == 0)
         return out;
-    for (p = (const unsigned char *)in; *p != '\0'; p++)
-        total += is_control(*p) ? 4 : 1;
+    for (p = (const unsigned char *)in; *p != '\0'; p += used)
+        total += display_len(p, &used);
     /* Room for "..." only when the whole string does not fit. */
     reserve = total + 1 > outlen && outlen >= 4 ? 3 : 0;
-    for (p = (const unsigned char *)in; *p != '\0'; p++) {
-        size_t need = is_control(*p) ? 4 : 1;
+    for (p = (const unsigned char *)in; *p != '\0'; p += used) {
+        size_t need = display_len(p, &used);
 
         if (o + need + reserve + 1 > outlen) {
             memcpy(out + o, "...", reserve);
             o += reserve;
             break;
         }
-        if (need == 4) {
+        if (need == 4 && used == 1) {
             out[o++] = '\\';
             out[o++] = 'x';
             out[o++] = hex[*p >> 4];
             out[o++] = hex[*p & 0xf];
         } else {
-            out[o++] = (char)*p;
+            memcpy(out + o, p, need);
+            o += need;
         }
     }
     out[o] = '\0';
@@ -113,14 +149,14 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
     const char *p = in;
 
     if (in[0] != '/') {
-        seterr(err, errlen, "'%s' is not an absolute path",
+        sh_errf(err, errlen, "'%s' is not an absolute path",
                sh_spec_display(in, show, sizeof(show)));
         errno = EINVAL;
         return -1;
     }
     for (const unsigned char *c = (const unsigned char *)in; *c != '\0'; c++) {
         if (is_control(*c)) {
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "'%s': control character (byte 0x%02x) in a path",
                    sh_spec_display(in, show, sizeof(show)), *c);
             errno = EINVAL;
@@ -146,14 +182,14 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
             continue;
         }
         if (len == 2 && p[0] == '.' && p[1] == '.') {
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "'%s': '..' components are not allowed (write the path "
                    "without '..')", sh_spec_display(in, show, sizeof(show)));
             errno = EINVAL;
             return -1;
         }
         if (len > NAME_MAX) {
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "'%s': a component is longer than %d bytes (NAME_MAX)",
                    sh_spec_display(in, show, sizeof(show)), NAME_MAX);
             errno = ENAMETOOLONG;
@@ -171,7 +207,7 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
     return 0;
 
 too_long:
-    seterr(err, errlen, "'%s': path is too long (%d bytes or more; PATH_MAX)",
+    sh_errf(err, errlen, "'%s': path is too long (%d bytes or more; PATH_MAX)",
            sh_spec_display(in, show, sizeof(show)), PATH_MAX);
     errno = ENAMETOOLONG;
     return -1;
@@ -269,7 +305,7 @@ static int set_check(const struct sh_spec_set *set, const char *src,
         if (strcmp(im->dst, dst) == 0) {
             if (strcmp(im->src, src) == 0)
                 return 1;
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "destination '%s' specified multiple times with different "
                    "sources ('%s' and '%s')",
                    sh_spec_display(dst, s1, sizeof(s1)),
@@ -279,7 +315,7 @@ static int set_check(const struct sh_spec_set *set, const char *src,
         }
         if (sh_spec_path_is_under(dst, im->dst) ||
             sh_spec_path_is_under(im->dst, dst)) {
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "destinations '%s' and '%s' overlap (one would have to be "
                    "a file and a directory)",
                    sh_spec_display(im->dst, s1, sizeof(s1)),
@@ -319,7 +355,7 @@ static int add_pair(const struct sh_spec_set *set, struct sh_spec_set *pending,
     if (strcmp(src, dst) == 0) {
         char show[SHOW_MAX];
 
-        seterr(err, errlen, "destination '%s' is the source itself",
+        sh_errf(err, errlen, "destination '%s' is the source itself",
                sh_spec_display(dst, show, sizeof(show)));
         errno = EINVAL;
         return -1;
@@ -334,7 +370,7 @@ static int add_pair(const struct sh_spec_set *set, struct sh_spec_set *pending,
     if (rc == 1)
         return 0; /* case F27: identical image given again */
     if (set->n + pending->n >= SH_SPEC_MAX_IMAGES) {
-        seterr(err, errlen, "more than %d images in one job",
+        sh_errf(err, errlen, "more than %d images in one job",
                SH_SPEC_MAX_IMAGES);
         errno = E2BIG;
         return -1;
@@ -347,7 +383,7 @@ static int add_pair(const struct sh_spec_set *set, struct sh_spec_set *pending,
         free(s);
         free(d);
         free(o);
-        seterr(err, errlen, "out of memory");
+        sh_errf(err, errlen, "out of memory");
         errno = ENOMEM;
         return -1;
     }
@@ -361,7 +397,7 @@ static int set_merge(struct sh_spec_set *set, struct sh_spec_set *pending,
     if (pending->n == 0)
         return 0;
     if (set_reserve(set, set->n + pending->n) != 0) {
-        seterr(err, errlen, "out of memory");
+        sh_errf(err, errlen, "out of memory");
         return -1;
     }
     memcpy(set->img + set->n, pending->img, pending->n * sizeof(*set->img));
@@ -408,14 +444,14 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
                 c = n;
                 p++;
             } else if (n == '\0') {
-                seterr(err, errlen, "the value ends in a lone '\\' (write a "
+                sh_errf(err, errlen, "the value ends in a lone '\\' (write a "
                        "backslash that is part of a path as '\\\\')");
                 goto inval;
             } else {
                 char show[8];
                 char one[2] = { n, '\0' };
 
-                seterr(err, errlen,
+                sh_errf(err, errlen,
                        "invalid escape '\\%s': only '\\\\', '\\:' and '\\,' "
                        "are escapes (write a backslash that is part of a "
                        "path as '\\\\')", sh_spec_display(one, show,
@@ -431,7 +467,7 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
                 snprintf(item, sizeof(item), "%.*s",
                          n < sizeof(item) ? (int)n : (int)sizeof(item) - 1,
                          start);
-                seterr(err, errlen,
+                sh_errf(err, errlen,
                        "more than one unescaped ':' in '%s' (SRC:DST has one "
                        "':'; write a ':' that is part of a path as '\\:')",
                        sh_spec_display(item, show, sizeof(show)));
@@ -441,14 +477,14 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
             continue;
         }
         if (is_control((unsigned char)c)) {
-            seterr(err, errlen, "control character (byte 0x%02x) in a path",
+            sh_errf(err, errlen, "control character (byte 0x%02x) in a path",
                    (unsigned)(unsigned char)c);
             goto inval;
         }
         buf = ri->has_dst ? ri->dst : ri->src;
         len = ri->has_dst ? &ri->dst_len : &ri->src_len;
         if (*len + 1 >= PATH_MAX) {
-            seterr(err, errlen, "a path is too long (%d bytes or more; "
+            sh_errf(err, errlen, "a path is too long (%d bytes or more; "
                    "PATH_MAX)", PATH_MAX);
             errno = ENAMETOOLONG;
             return -1;
@@ -483,15 +519,15 @@ static int resolve_image(const struct sh_spec_set *set,
     const char *dir;
 
     if (ri->src_len == 0 && !ri->has_dst) {
-        seterr(err, errlen, "empty image (a stray ','?)");
+        sh_errf(err, errlen, "empty image (a stray ','?)");
         goto inval;
     }
     if (ri->src_len == 0) {
-        seterr(err, errlen, "empty source before ':'");
+        sh_errf(err, errlen, "empty source before ':'");
         goto inval;
     }
     if (ri->has_dst && ri->dst_len == 0) {
-        seterr(err, errlen,
+        sh_errf(err, errlen,
                "empty destination after ':' (leave out the ':' to use the "
                "default destination; write a ':' that is part of a path as "
                "'\\:')");
@@ -500,11 +536,11 @@ static int resolve_image(const struct sh_spec_set *set,
     if (ri->src[0] != '/') {
         sh_spec_display(ri->src, show, sizeof(show));
         if (index > 0)
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "source '%s' is not an absolute path (if the ',' before "
                    "it is part of a path, write it as '\\,')", show);
         else
-            seterr(err, errlen,
+            sh_errf(err, errlen,
                    "source '%s' is not an absolute path (relative paths are "
                    "not accepted: give the full path, e.g. \"$PWD/%s\")",
                    show, show);
@@ -516,7 +552,7 @@ static int resolve_image(const struct sh_spec_set *set,
         snprintf(both, sizeof(both), "%s:%s", ri->src, ri->dst);
         if (sh_spec_escape_path(both, hint, sizeof(hint)) != 0)
             snprintf(hint, sizeof(hint), "...\\:...");
-        seterr(err, errlen,
+        sh_errf(err, errlen,
                "destination '%s' is not an absolute path (if the ':' is part "
                "of the source path, write it as '\\:': %s)",
                sh_spec_display(ri->dst, show, sizeof(show)),
@@ -524,29 +560,29 @@ static int resolve_image(const struct sh_spec_set *set,
         goto inval;
     }
     if (ends_as_dir(ri->src, ri->src_len)) {
-        seterr(err, errlen, "source '%s' ends in '/': it must name a file",
+        sh_errf(err, errlen, "source '%s' ends in '/': it must name a file",
                sh_spec_display(ri->src, show, sizeof(show)));
         goto inval;
     }
     if (sh_spec_path_normalize(ri->src, src, sizeof(src), why,
                                sizeof(why)) != 0) {
-        seterr(err, errlen, "source %s", why);
+        sh_errf(err, errlen, "source %s", why);
         return -1;
     }
     if (strcmp(src, "/") == 0) {
-        seterr(err, errlen, "source '/' must name a file");
+        sh_errf(err, errlen, "source '/' must name a file");
         goto inval;
     }
     if (!ri->has_dst || ends_as_dir(ri->dst, ri->dst_len)) {
         dir = ri->has_dst ? ri->dst : default_dir;
         if (dir == NULL) {
-            seterr(err, errlen, "no destination given and no default "
+            sh_errf(err, errlen, "no destination given and no default "
                    "destination is configured");
             goto inval;
         }
         if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", dir,
                              base_name(src)) >= sizeof(joined)) {
-            seterr(err, errlen, "destination '%s/%s' is too long (%d bytes "
+            sh_errf(err, errlen, "destination '%s/%s' is too long (%d bytes "
                    "or more; PATH_MAX)",
                    sh_spec_display(dir, show, sizeof(show)),
                    sh_spec_display(base_name(src), hint, sizeof(hint)),
@@ -559,7 +595,7 @@ static int resolve_image(const struct sh_spec_set *set,
     }
     if (sh_spec_path_normalize(joined, dst, sizeof(dst), why,
                                sizeof(why)) != 0) {
-        seterr(err, errlen, "destination %s", why);
+        sh_errf(err, errlen, "destination %s", why);
         return -1;
     }
     return add_pair(set, pending, src, dst, origin, err, errlen);
@@ -579,18 +615,18 @@ int sh_spec_add_value(struct sh_spec_set *set, const char *value,
     int rc = -1;
 
     if (value == NULL || value[0] == '\0') {
-        seterr(err, errlen, "empty value (expected SRC[:DST])");
+        sh_errf(err, errlen, "empty value (expected SRC[:DST])");
         errno = EINVAL;
         return -1;
     }
     if (strlen(value) > SH_SPEC_MAX_VALUE) {
-        seterr(err, errlen, "value longer than %d bytes", SH_SPEC_MAX_VALUE);
+        sh_errf(err, errlen, "value longer than %d bytes", SH_SPEC_MAX_VALUE);
         errno = E2BIG;
         return -1;
     }
     ri = malloc(sizeof(*ri));
     if (ri == NULL) {
-        seterr(err, errlen, "out of memory");
+        sh_errf(err, errlen, "out of memory");
         errno = ENOMEM;
         return -1;
     }
@@ -706,23 +742,23 @@ static int wire_get(const char **pp, const char *stops, char *out,
             int lo = hi < 0 ? -1 : hex_digit(p[2]);
 
             if (lo < 0) {
-                seterr(err, errlen, "bad %%-escape");
+                sh_errf(err, errlen, "bad %%-escape");
                 goto inval;
             }
             c = (unsigned char)(hi * 16 + lo);
             if (c == 0 || wire_safe(c)) {
-                seterr(err, errlen, "not canonical: needless or NUL "
+                sh_errf(err, errlen, "not canonical: needless or NUL "
                        "%%-escape");
                 goto inval;
             }
             p += 2;
         } else if (!wire_safe(c)) {
-            seterr(err, errlen, "not canonical: unescaped byte 0x%02x",
+            sh_errf(err, errlen, "not canonical: unescaped byte 0x%02x",
                    (unsigned)c);
             goto inval;
         }
         if (o + 1 >= outlen) {
-            seterr(err, errlen, "a path is too long (%d bytes or more; "
+            sh_errf(err, errlen, "a path is too long (%d bytes or more; "
                    "PATH_MAX)", PATH_MAX);
             errno = ENAMETOOLONG;
             return -1;
@@ -747,11 +783,11 @@ static int wire_path_ok(const char *role, const char *path, char *err,
 
     if (sh_spec_path_normalize(path, norm, sizeof(norm), why,
                                sizeof(why)) != 0) {
-        seterr(err, errlen, "%s %s", role, why);
+        sh_errf(err, errlen, "%s %s", role, why);
         return -1;
     }
     if (strcmp(norm, path) != 0 || strcmp(path, "/") == 0) {
-        seterr(err, errlen, "%s '%s' is not in normal form", role,
+        sh_errf(err, errlen, "%s '%s' is not in normal form", role,
                sh_spec_display(path, why, sizeof(why)));
         errno = EINVAL;
         return -1;
@@ -776,7 +812,7 @@ struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
     if (digits == 0 || *p != ';')
         goto not_spec;
     if (version != SH_SPEC_FORMAT_VERSION) {
-        seterr(err, errlen,
+        sh_errf(err, errlen,
                "spec format version %lu was written by a different stagehand "
                "version; this node reads version %d (install the same "
                "stagehand version on login and compute nodes and restart "
@@ -786,21 +822,21 @@ struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
     }
     p++;
     if (*p == '\0') {
-        seterr(err, errlen, "spec has no image");
+        sh_errf(err, errlen, "spec has no image");
         errno = EINVAL;
         return NULL;
     }
     set = sh_spec_set_new();
     pending = sh_spec_set_new();
     if (set == NULL || pending == NULL) {
-        seterr(err, errlen, "out of memory");
+        sh_errf(err, errlen, "out of memory");
         goto fail;
     }
     for (;;) {
         if (wire_get(&p, ":,", src, sizeof(src), err, errlen) != 0)
             goto fail;
         if (*p != ':') {
-            seterr(err, errlen, "malformed spec: image without ':'");
+            sh_errf(err, errlen, "malformed spec: image without ':'");
             errno = EINVAL;
             goto fail;
         }
@@ -808,7 +844,7 @@ struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
         if (wire_get(&p, ":,", dst, sizeof(dst), err, errlen) != 0)
             goto fail;
         if (*p == ':') {
-            seterr(err, errlen, "malformed spec: image with two ':'");
+            sh_errf(err, errlen, "malformed spec: image with two ':'");
             errno = EINVAL;
             goto fail;
         }
@@ -824,11 +860,11 @@ struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
     }
     again = sh_spec_set_serialize(set);
     if (again == NULL) {
-        seterr(err, errlen, "out of memory");
+        sh_errf(err, errlen, "out of memory");
         goto fail;
     }
     if (strcmp(again, text) != 0) {
-        seterr(err, errlen, "not canonical (an image is repeated or "
+        sh_errf(err, errlen, "not canonical (an image is repeated or "
                "empty)");
         errno = EINVAL;
         goto fail;
@@ -838,7 +874,7 @@ struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
     return set;
 
 not_spec:
-    seterr(err, errlen, "not a stagehand spec (expected it to start with "
+    sh_errf(err, errlen, "not a stagehand spec (expected it to start with "
            "'v%d;')", SH_SPEC_FORMAT_VERSION);
     errno = EINVAL;
     return NULL;

@@ -4,7 +4,6 @@
 #include "guard.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 
 struct sh_publish sh_guard_pub = { .fd = -1, .dirfd = -1 };
 volatile sig_atomic_t sh_guard_done;
+volatile sig_atomic_t sh_guard_exit_code;
 uint64_t sh_guard_deadline_ns;
 char sh_guard_host[64];
 char sh_guard_jobid[64];
@@ -60,37 +60,44 @@ void sh_guard_install_signals(void)
 }
 
 /* Backstop when the main thread is stuck outside our polling loops (inside
- * MPI_Init, a blocking MPI call or a hung read): remove the temp file and
- * leave. The regular deadline path is sh_guard_deadline_abort(). */
-static void *watchdog_main(void *arg)
-{
-    struct timespec ts;
-    uint64_t when = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
+ * MPI_Init, a blocking MPI call or a hung read): SIGALRM at deadline + grace
+ * removes the temp file and leaves. A signal rather than a thread: nothing
+ * runs beside Open MPI's start-up. The regular deadline path is
+ * sh_guard_deadline_abort(). */
+static char alarm_msg[256];
+static size_t alarm_len;
 
-    (void)arg;
-    ts.tv_sec = (time_t)(when / 1000000000ULL);
-    ts.tv_nsec = (long)(when % 1000000000ULL);
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
-        ;
+static void on_alarm(int sig)
+{
+    (void)sig;
     if (sh_guard_done)
-        return NULL;
+        _exit(sh_guard_exit_code);     /* stuck in MPI_Finalize: result known */
     sh_publish_signal_cleanup(&sh_guard_pub);
-    sh_error("timeout", "deadline (--timeout) passed and the engine is stuck; "
-             "temp file removed, exiting");
+    if (write(STDERR_FILENO, alarm_msg, alarm_len) < 0) {
+        /* nothing left to report to */
+    }
     _exit(SH_EXIT_TIMEOUT);
 }
 
-void sh_guard_start_watchdog(void)
+void sh_guard_start_watchdog(int rank)
 {
-    pthread_attr_t attr;
-    pthread_t tid;
+    struct sigaction sa;
+    uint64_t now = sh_now_ns();
+    uint64_t when = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
+    uint64_t secs = when > now ? (when - now + 999999999ULL) / 1000000000ULL : 1;
+    int n;
 
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&tid, &attr, watchdog_main, NULL) != 0)
-        sh_warn("start-up", "cannot start the watchdog thread: %s",
-                strerror(errno));
-    pthread_attr_destroy(&attr);
+    n = snprintf(alarm_msg, sizeof(alarm_msg), "stagehand-bcast job=%s "
+                 "node=%s rank=%d [timeout] error: deadline (--timeout) passed "
+                 "and the engine is stuck; temp file removed, exiting\n",
+                 sh_guard_jobid, sh_guard_host, rank);
+    alarm_len = n > 0 && (size_t)n < sizeof(alarm_msg) ? (size_t)n : 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_alarm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGALRM, &sa, NULL);
+    alarm(secs > 100000000 ? 100000000u : (unsigned)secs);
 }
 
 void sh_guard_deadline_abort(const char *phase, const char *detail)

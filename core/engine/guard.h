@@ -1,7 +1,7 @@
 /* Process-wide safety nets of stagehand-bcast.
  *
  * Open MPI 4.1 cannot survive a dead rank, so cleanup never depends on MPI:
- * a SIGTERM/SIGINT/SIGHUP handler and a watchdog thread unlink the temp file
+ * a SIGTERM/SIGINT/SIGHUP handler and a SIGALRM watchdog unlink the temp file
  * (case F06), and every MPI wait polls so the deadline (--timeout) always
  * fires (cases F21, F22). Only the main thread calls MPI. */
 #ifndef STAGEHAND_ENGINE_GUARD_H
@@ -17,6 +17,7 @@
  * sh_guard_pub.tmp_live is set. */
 extern struct sh_publish sh_guard_pub;
 extern volatile sig_atomic_t sh_guard_done;    /* set before MPI_Finalize */
+extern volatile sig_atomic_t sh_guard_exit_code; /* valid once done is set */
 extern uint64_t sh_guard_deadline_ns;          /* CLOCK_MONOTONIC, absolute */
 extern char sh_guard_host[64];                 /* short host name */
 extern char sh_guard_jobid[64];                /* SLURM_JOB_ID or "nojob" */
@@ -24,9 +25,10 @@ extern char sh_guard_jobid[64];                /* SLURM_JOB_ID or "nojob" */
 /* Install the signal handlers (unlink temp, re-raise) and an atexit hook
  * that unlinks a live temp file. */
 void sh_guard_install_signals(void);
-/* Start the detached watchdog: at deadline + 10 s, if the main thread has
- * not ended the run itself, unlink the temp file and _exit(SH_EXIT_TIMEOUT). */
-void sh_guard_start_watchdog(void);
+/* Arm the watchdog (alarm(2), SIGALRM): at deadline + 10 s, if the main
+ * thread has not ended the run itself, unlink the temp file and
+ * _exit(SH_EXIT_TIMEOUT). Call again once @rank is known (re-arms). */
+void sh_guard_start_watchdog(int rank);
 
 /* Unlink the temp file, log, MPI_Abort with SH_EXIT_TIMEOUT. No return. */
 void sh_guard_deadline_abort(const char *phase, const char *detail)

@@ -553,7 +553,8 @@ int main(int argc, char **argv)
     r->d.dirfd = r->d.lockfd = -1;
     r->res.status = -1;             /* set by every path of the run */
     sh_guard_deadline_ns = r->t0 + r->o.timeout_ns;
-    sh_guard_start_watchdog();
+    set_identity(-1);           /* the rank is known after MPI_Init */
+    sh_guard_start_watchdog(-1);
 
     rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
@@ -563,7 +564,8 @@ int main(int argc, char **argv)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->wsize);
-    set_identity(r->rank);
+    sh_log_set_identity("bcast", getenv("SLURM_JOB_ID"), sh_guard_host, r->rank);
+    sh_guard_start_watchdog(r->rank);
     if (provided < MPI_THREAD_FUNNELED)
         sh_guard_mpi_fatal("start-up", "MPI_THREAD_FUNNELED support", MPI_SUCCESS);
     if (r->o.source_rank >= r->wsize) {
@@ -578,7 +580,11 @@ int main(int argc, char **argv)
     r->res.world_rank = r->rank;
     sh_msgf(r->res.host, sizeof(r->res.host), "%s", sh_guard_host);
     r->t[SH_PH_STARTUP] = r->t0;
+    sh_debug("start-up", "MPI initialised after %.3fs, %d rank(s)",
+             sh_secs(r->t0, sh_now_ns()), r->wsize);
     phase_startup(r);
+    sh_debug("start-up", "%s; %d writer(s)", r->is_writer ? "writer" : "idle",
+             r->lsize);
 
     run_phases(r);
     /* phases that did not run take no time; the last one that ran lasts
@@ -605,6 +611,7 @@ int main(int argc, char **argv)
         MPI_Comm_free(&r->leaders);
     if (r->node_comm != MPI_COMM_NULL)
         MPI_Comm_free(&r->node_comm);
+    sh_guard_exit_code = code;
     sh_guard_done = 1;
     MPI_Finalize();
     return code;

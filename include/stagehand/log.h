@@ -8,6 +8,7 @@
 #define STAGEHAND_LOG_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 enum sh_log_level { SH_LOG_ERROR = 0, SH_LOG_WARN, SH_LOG_INFO, SH_LOG_DEBUG };
 
@@ -31,6 +32,12 @@ void sh_log(enum sh_log_level level, const char *phase, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void sh_vlog(enum sh_log_level level, const char *phase, const char *fmt,
              va_list ap) __attribute__((format(printf, 3, 0)));
+
+/* Format a message into a caller's error buffer @err of @errlen bytes
+ * (truncated, always NUL-terminated); a NULL or empty buffer is ignored.
+ * errno is preserved. */
+void sh_errf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #define sh_error(phase, ...) sh_log(SH_LOG_ERROR, phase, __VA_ARGS__)
 #define sh_warn(phase, ...)  sh_log(SH_LOG_WARN, phase, __VA_ARGS__)

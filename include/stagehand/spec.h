@@ -137,8 +137,9 @@ int sh_spec_path_is_under(const char *path, const char *root);
  * truncated, NUL-terminated prefix). */
 int sh_spec_escape_path(const char *path, char *out, size_t outlen);
 
-/* Copy @in into @out for display in a message: control bytes become "\xHH",
- * other bytes are kept; a too-long string ends in "...". Returns @out. */
+/* Copy @in into @out for display in a message: control bytes and bytes that
+ * are not part of valid UTF-8 become "\xHH", other bytes are kept; a
+ * too-long string ends in "...". Returns @out. */
 char *sh_spec_display(const char *in, char *out, size_t outlen);
 
 #endif

@@ -35,7 +35,7 @@ for alg in chain bcast; do
         f="f$size.$alg"
         out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
             --source "$src/f$size" --dest "$dst/$f" --segment-size=$seg \
-            --pipeline-depth=2 --algorithm=$alg --json 2>"$errf") ||
+            --pipeline-depth=2 --algorithm=$alg --timeout=60s --json 2>"$errf") ||
             fail "size $size ($alg): engine failed: $out $(cat "$errf")"
         copied=$(printf '%s' "$out" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes_copied"])') ||
             fail "size $size ($alg): no JSON summary: $out"

@@ -437,6 +437,16 @@ START_TEST(path_helpers)
     ck_assert_str_eq(sh_spec_display("/a\x1b[2Jb", out, sizeof(out)),
                      "/a\\x1b[2Jb");
     ck_assert_str_eq(sh_spec_display("/abcdefghij", out, 8), "/abc...");
+    /* bytes that are not UTF-8 are escaped; valid UTF-8 is kept */
+    ck_assert_str_eq(sh_spec_display("/a\xff\xc3\x28" "b", out, sizeof(out)),
+                     "/a\\xff\\xc3(b");
+    ck_assert_str_eq(sh_spec_display("/\xc3\xa9t\xc3\xa9\xe2\x82", out, sizeof(out)),
+                     "/\xc3\xa9t\xc3\xa9\\xe2\\x82");
+    ck_assert_str_eq(sh_spec_display("/\xed\xa0\x80\xc0\xaf", out, sizeof(out)),
+                     "/\\xed\\xa0\\x80\\xc0\\xaf");
+    ck_assert_str_eq(sh_spec_display("/\xf0\x9f\x98\x80", out, sizeof(out)),
+                     "/\xf0\x9f\x98\x80");
+    ck_assert_str_eq(sh_spec_display("/ab\xff", out, 7), "/ab...");
 }
 END_TEST
 

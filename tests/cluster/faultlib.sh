@@ -1,0 +1,92 @@
+# shellcheck shell=bash
+# Helpers of the fault, bad-input, security and soak tests (issue 6), sourced
+# after lib.sh. The cluster is shared: these helpers look only at the jobs a
+# test started and at node states, never at the whole queue.
+
+# Terminal state of job @1 once it has ended, waiting at most @2 seconds
+# (default 60); prints the state ("" when it did not end in time).
+wait_job_end() {
+    local id=$1 limit=${2:-60} state=""
+    local end=$((SECONDS + limit))
+    while [ "$SECONDS" -le "$end" ]; do
+        state=$(scontrol -o show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+        case "$state" in
+            COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
+                echo "$state"
+                return 0 ;;
+            "") echo "GONE"; return 0 ;;
+        esac
+        sleep 0.2
+    done
+    echo "${state:-UNKNOWN}"
+    return 1
+}
+
+# Fail when any node is drained, draining, down or failing (DESIGN.md §3:
+# user errors never drain; node faults only under on_node_fault=drain).
+# Waits up to 20 s for a node that is still completing a job of ours.
+assert_no_drain() {
+    local bad
+    for _ in $(seq 1 100); do
+        bad=$(sinfo -h -N -o '%N %T' | grep -Ei 'drain|down|fail|maint|unknown|not_responding' || true)
+        [ -z "$bad" ] && return 0
+        case "$bad" in *[Dd][Rr][Aa][Ii][Nn]*) break ;; esac
+        sleep 0.2
+    done
+    fail "node(s) not healthy: $bad ($(sinfo -h -R))"
+}
+
+# Job ids still known to the controller whose name is @1 (finished ones
+# included, MinJobAge).
+jobs_named() {
+    scontrol -o show job 2>/dev/null | grep -E "JobName=$1( |$)" | grep -oE '^JobId=[0-9]+' | cut -d= -f2
+}
+
+# Every entry of /run/stagehand on every node that belongs to job @1 or to
+# one of its steps; "" when clean.
+runtime_left() {
+    local n
+    for n in $MINICLUSTER_NODES; do
+        on_node "$n" sh -c "ls /run/stagehand 2>/dev/null | grep -E '^$1(\$|\\.)' | sed 's|^|$n:|'" || true
+    done
+}
+
+# Wait up to @2 seconds (default 20) until job @1 left no runtime state; fail
+# naming what is left. The epilog removes it after the job ends.
+assert_runtime_gone() {
+    local left
+    for _ in $(seq 1 $((${2:-20} * 5))); do
+        left=$(runtime_left "$1")
+        [ -z "$left" ] && return 0
+        sleep 0.2
+    done
+    fail "runtime state of job $1 left: $left"
+}
+
+# Temp files (".*.stage.*.tmp") under directory @1 on any node, one
+# "node:name" per line.
+temp_files_in() {
+    local n
+    for n in $MINICLUSTER_NODES; do
+        on_node "$n" sh -c "ls -A '$1' 2>/dev/null | grep -E '^\..*\.stage\..*\.tmp\$' | sed 's|^|$n:|'" || true
+    done
+}
+
+# PIDs of stagehand-bcast processes of the test user inside node @1 whose
+# command line mentions @2 (pgrep only finds them; tests signal one pid).
+engine_pids() {
+    on_node "$1" pgrep -u "$MINICLUSTER_USER" -f "stagehand-bcast.*$2" 2>/dev/null || true
+}
+
+# Size of @2 in node @1 ("" when missing).
+node_size() {
+    on_node "$1" stat -c %s "$2" 2>/dev/null || true
+}
+
+# The slurmd log of node @1 from byte offset @2 on (see log_offset).
+log_since() {
+    tail -c +"$(($2 + 1))" "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null
+}
+log_offset() {
+    stat -c %s "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null || echo 0
+}
