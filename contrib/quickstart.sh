@@ -48,7 +48,7 @@ if [ ! -s "$img" ]; then
         dpkg -s debootstrap >/dev/null 2>&1 || apt-get install -y -qq debootstrap >/dev/null
         debootstrap --variant=minbase bookworm "$work/rootfs" >"$work/debootstrap.log" 2>&1 ||
             { tail -20 "$work/debootstrap.log"; exit 1; }
-        mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -quiet \
+        mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet \
             -e "$work/rootfs/etc/shadow" -e "$work/rootfs/etc/gshadow"
     else
         # A root filesystem tree of installed programs and libraries (no /etc:
@@ -58,7 +58,7 @@ if [ ! -s "$img" ]; then
             /usr/share/perl /usr/lib/x86_64-linux-gnu/openmpi /usr/share/zoneinfo; do
             [ -d "$d" ] && srcs+=("$d")
         done
-        mksquashfs "${srcs[@]}" "$work/rootfs.sqsh" -noappend -comp zstd -quiet -no-progress
+        mksquashfs "${srcs[@]}" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet -no-progress
     fi
     chmod 0644 "$work/rootfs.sqsh"
     mv "$work/rootfs.sqsh" "$img"
@@ -79,15 +79,12 @@ EOF
 chmod 0755 /shared/quickstart-job.sh
 
 run_job() { # label
-    local out=/shared/quickstart-$1.out t0 t1
+    local out=/shared/quickstart-$1.out
     rm -f "$out"
-    t0=$(date +%s%N)
     as_user sbatch --wait -N"$nodes" -o "$out" --stage-verbose \
         --stage-image="$img:/nvme/images/rootfs.sqsh" /shared/quickstart-job.sh >/dev/null
-    t1=$(date +%s%N)
-    echo "job output ($1):"
+    echo "job output ($1; the first line is stagehand's summary with the staging time):"
     sed 's/^/    /' "$out"
-    echo "    submit-to-end: $(((t1 - t0) / 1000000)) ms"
 }
 
 step "sbatch -N$nodes --stage-image=$img:/nvme/images/rootfs.sqsh (first run: copies)"

@@ -82,6 +82,7 @@ struct stage_job {
     const char *nodename;
     const char *cluster;
     const char *spec;
+    const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
 };
 
 /* Write the agent's inputs (stagehand/agentio.h) to @fd. */
@@ -264,6 +265,16 @@ static int run_staging(const struct stage_job *job, int ac, char **av)
                  sh_plugin.config_error);
         goto record;
     }
+    /* case F26: the submitting side and this node must run one version. */
+    if (job->submit_version != NULL && job->submit_version[0] != '\0' &&
+        strcmp(job->submit_version, SH_VERSION) != 0) {
+        snprintf(res.message, sizeof(res.message),
+                 "the job was submitted with stagehand %.64s but node %.200s runs "
+                 "stagehand %s: install the same version on every node and the "
+                 "login nodes, then restart slurmd", job->submit_version,
+                 job->nodename, SH_VERSION);
+        goto record;
+    }
     if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0) {
         snprintf(res.message, sizeof(res.message), "pipe: %s", strerror(errno));
         res.node_fault = true;
@@ -358,13 +369,14 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     job.nodelist = env_or("SLURM_JOB_NODELIST", "SLURM_NODELIST");
     job.nodename = env_or("SLURMD_NODENAME", NULL);
     job.cluster = env_or("SLURM_CLUSTER_NAME", NULL);
+    job.submit_version = getenv("SPANK_" SH_VERSION_ENV);
     return run_staging(&job, ac, av);
 }
 
 int sh_step_stage_run(spank_t sp, int ac, char **av)
 {
     static char spec[16384], nodelist[8192], cluster[256], user[256];
-    static char nodename[256];
+    static char nodename[256], version[64];
     struct stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
@@ -392,6 +404,8 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
     snprintf(nodename, sizeof(nodename), "%s", env_or("SLURMD_NODENAME", NULL));
     if (nodename[0] == '\0' && gethostname(nodename, sizeof(nodename)) != 0)
         return 0;
+    if (spank_getenv(sp, SH_STEP_VERSION_ENV, version, sizeof(version)) == ESPANK_SUCCESS)
+        job.submit_version = version;
     job.spec = spec;
     job.user = user;
     job.nodelist = nodelist;

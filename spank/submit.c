@@ -259,9 +259,14 @@ int sh_submit_post_opt(spank_t sp)
     if (sh_plugin.step_staging) {
         /* spank_setenv is remote-only; srun hands its own environment to
          * the step, where slurmstepd reads it with spank_getenv. */
-        rc = setenv(SH_STEP_SPEC_ENV, wire, 1) == 0 ? ESPANK_SUCCESS : ESPANK_ERROR;
+        rc = setenv(SH_STEP_SPEC_ENV, wire, 1) == 0 &&
+                     setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) == 0
+                 ? ESPANK_SUCCESS
+                 : ESPANK_ERROR;
     } else {
         rc = spank_job_control_setenv(sp, SH_SPEC_ENV, wire, 1);
+        if (rc == ESPANK_SUCCESS)
+            rc = spank_job_control_setenv(sp, SH_VERSION_ENV, SH_VERSION, 1);
     }
     free(wire);
     if (rc != ESPANK_SUCCESS) {

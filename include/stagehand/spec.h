@@ -70,6 +70,11 @@
 /* Images given on an srun inside an existing job: staged at step start by
  * slurmstepd (spank_setenv in srun, spank_getenv in the remote context). */
 #define SH_STEP_SPEC_ENV "STAGEHAND_STEP_SPEC"
+/* The stagehand version of the submitting side, next to the spec (job:
+ * SPANK_ prefix in the prolog; step: in the step's environment). A node with
+ * another version refuses the job with a clear message (case F26). */
+#define SH_VERSION_ENV "STAGEHAND_VERSION"
+#define SH_STEP_VERSION_ENV "STAGEHAND_STEP_VERSION"
 /* Set to "1" next to the spec when the user asked for --stage-verbose. */
 #define SH_VERBOSE_ENV "STAGEHAND_VERBOSE"
 #define SH_VERBOSE_PROLOG_ENV "SPANK_" SH_VERBOSE_ENV

@@ -72,10 +72,23 @@ temp_files_in() {
     done
 }
 
-# PIDs of stagehand-bcast processes of the test user inside node @1 whose
-# command line mentions @2 (pgrep only finds them; tests signal one pid).
+# PIDs of processes of the test user inside node @1 (its network namespace:
+# the nodes share one PID namespace) whose command line matches @2. pgrep
+# only finds them; tests signal one recorded pid, never by name.
+node_pids() {
+    on_node "$1" sh -c 'pgrep --ns $$ --nslist net -u "$1" -f "$2" 2>/dev/null || true' \
+        sh "$MINICLUSTER_USER" "$2"
+}
+
+# The engine processes of a staging to @2 (a unique path part) on node @1.
 engine_pids() {
-    on_node "$1" pgrep -u "$MINICLUSTER_USER" -f "stagehand-bcast.*$2" 2>/dev/null || true
+    node_pids "$1" "stagehand-bcast .*$2"
+}
+
+# Bytes the process @2 in node @1 has read (@3 = rchar) or written (wchar)
+# so far, from /proc/PID/io; 0 when gone.
+proc_io() {
+    on_node "$1" awk -v k="$3" '$1 == k":" {print $2}' "/proc/$2/io" 2>/dev/null || echo 0
 }
 
 # Size of @2 in node @1 ("" when missing).
