@@ -1,34 +1,51 @@
 #!/usr/bin/env bash
 # Benchmark of the broadcast engine on the local test cluster (issue 3).
 #
-#   eval "$(contrib/minicluster/minicluster env)"; bench/engine.sh [SIZE_MIB]
+#   bench/engine.sh [SIZE_MIB]
 #
-# For N = 2 and 3 nodes and one SIZE_MIB source (default 1024) on /shared,
-# compares in one run: stagehand-bcast --algorithm=chain, --algorithm=bcast,
-# a plain MPI_Bcast loop of the same bytes in memory (mpi_bcast_check, no
-# file I/O: a lower bound for MPI), and `srun cp` from /shared. Prints wall
-# seconds, effective rate and the engine's CPU time per GiB (user + system,
-# summed over ranks). Not a timed test: numbers depend on the machine.
+# For N = 2 and 3 nodes and one SIZE_MIB source (default 1024) on the shared
+# filesystem, compares in one run: stagehand-bcast --algorithm=chain,
+# --algorithm=bcast, a plain MPI_Bcast loop of the same bytes in memory
+# (mpi_bcast_check, no file I/O: a lower bound for MPI), and `srun cp` from
+# the shared filesystem. Prints wall seconds, effective rate and the engine's
+# CPU time per GiB (user + system, summed over ranks). Not a timed test:
+# numbers depend on the machine. bench/run.sh is the full comparison (issue 5).
 #
-# On one host every "node" shares the CPUs and /shared is the page cache, so
-# the fabric is not the bottleneck. BENCH_LINK=RATE (a tc rate, e.g. 2gbit)
-# shapes every node link with `minicluster shape --link` for the run and
-# clears it at exit; that changes the shared cluster, so only do it when
-# nobody else is using it.
+# Like bench/run.sh it uses its own minicluster instance, never the default
+# test cluster: MINICLUSTER_NAME (default bench), MINICLUSTER_NET (default
+# 10.78.0), MINICLUSTER_SHARED (default /shared-bench), STAGEHAND_PREFIX
+# (default /opt/stagehand-bench, e.g. from bench/run.sh or contrib/setup.sh
+# with that prefix). When that instance is not up, it brings up 3 nodes
+# (--shared bind) and takes them down again at the end.
+#
+# On one host every "node" shares the CPUs and the shared directory is the
+# page cache, so the fabric is not the bottleneck. BENCH_LINK=RATE (a tc rate,
+# e.g. 500mbit) shapes every node link of the instance for the run and clears
+# it at exit.
 set -euo pipefail
 
-: "${SLURM_CONF:?run after: eval \"\$(contrib/minicluster/minicluster env)\"}"
-: "${MINICLUSTER_USER:?}" "${STAGEHAND_PREFIX:?}"
+top=$(cd "$(dirname "$0")/.." && pwd)
+export MINICLUSTER_NAME=${MINICLUSTER_NAME:-bench}
+export MINICLUSTER_NET=${MINICLUSTER_NET:-10.78.0}
+export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-/shared-bench}
+export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand-bench}
+mc="$top/contrib/minicluster/minicluster"
+brought_up=0
+if ! "$mc" status >/dev/null 2>&1; then
+    "$mc" up --nodes 3 --shared bind >/dev/null
+    brought_up=1
+fi
+eval "$("$mc" env)"
 mib=${1:-1024}
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
 bcast_loop="$STAGEHAND_PREFIX/libexec/stagehand/tests/mpi_bcast_check"
-src="/shared/bench_engine.$$"
+src="$MINICLUSTER_SHARED/bench_engine.$$"
 dst="/nvme/bench_engine.$$"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 
 as_user() {
-    runuser -u "$MINICLUSTER_USER" -- env SLURM_CONF="$SLURM_CONF" \
-        PATH="$STAGEHAND_PREFIX/bin:/usr/local/bin:/usr/bin:/bin" "$@"
+    (cd /tmp && runuser -u "$MINICLUSTER_USER" -- env SLURM_CONF="$SLURM_CONF" \
+        PATH="$STAGEHAND_PREFIX/bin:/usr/local/bin:/usr/bin:/bin" "$@")
 }
 clean_dst() { # each variant starts from an empty DST directory
     local node
@@ -38,6 +55,7 @@ cleanup() {
     rm -f "$src"
     clean_dst
     if [ -n "${BENCH_LINK:-}" ]; then "$MINICLUSTER" shape --clear; fi
+    if [ "$brought_up" = 1 ]; then "$mc" down >/dev/null 2>&1; fi
 }
 trap cleanup EXIT
 

@@ -31,6 +31,7 @@
 #include "stagehand/agentio.h"
 #include "stagehand/config.h"
 #include "stagehand/ctl.h"
+#include "stagehand/hash.h"
 #include "stagehand/key.h"
 #include "stagehand/kv.h"
 #include "stagehand/log.h"
@@ -609,7 +610,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     struct sh_ctl *sub = NULL;
     struct sh_pmix_outcome po;
     const char **names = NULL;
-    char nspace[128], segsz[32], depth[32], tmo[32];
+    char nspace[128], segsz[32], depth[32], tmo[32], ranks[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
     char outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
     unsigned char *ns = NULL;
@@ -658,6 +659,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     if (secs < 1)
         secs = 1;
     snprintf(segsz, sizeof(segsz), "%" PRIu64, a->cfg.segment_size);
+    snprintf(ranks, sizeof(ranks), "%u", npart);
     snprintf(depth, sizeof(depth), "%u", a->cfg.pipeline_depth);
     snprintf(tmo, sizeof(tmo), "%" PRIu64 "s", secs);
     snprintf(env_jobid, sizeof(env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
@@ -676,6 +678,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
             "--pipeline-depth", depth,
             "--timeout", tmo,
             "--json",
+            "--expect-ranks", ranks,
             NULL,
         };
         const char *envp[] = {
@@ -905,6 +908,99 @@ static void engine_failures(const char *json, char *buf, size_t len)
     }
 }
 
+/* Open DST's directory; its last component into @name. Returns the fd or -1. */
+static int open_dst_dir(const char *dst, char *name, size_t namelen)
+{
+    char dir[PATH_MAX];
+    char *slash;
+
+    snprintf(dir, sizeof(dir), "%s", dst);
+    slash = strrchr(dir, '/');
+    if (slash == NULL || strlen(slash + 1) >= namelen)
+        return -1;
+    snprintf(name, namelen, "%s", slash + 1);
+    *slash = '\0';
+    return open(dir[0] != '\0' ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* The digest recorded with this node's DST (hex, with the configured hash)
+ * when DST was published at or after @since (realtime seconds: written by
+ * this run), or "" (no usable record, or an older copy the engine kept). */
+static void dst_digest(const struct agent *a, const char *dst, int64_t since, char *hex)
+{
+    char name[NAME_MAX + 1];
+    struct sh_meta rec;
+    int dirfd, fd;
+
+    hex[0] = '\0';
+    dirfd = open_dst_dir(dst, name, sizeof(name));
+    if (dirfd < 0)
+        return;
+    fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && sh_meta_load(dirfd, name, fd, &rec, NULL) == 0 && rec.algo == a->cfg.hash &&
+        rec.dst_mtime.sec >= since)
+        sh_hash_hex(rec.digest, sh_hash_len(rec.algo), hex);
+    if (fd >= 0)
+        close(fd);
+    close(dirfd);
+}
+
+/* DESIGN.md §2 step 4: MPI traffic is not authenticated, so the reader's
+ * digest also travels over the authenticated control plane. After an engine
+ * phase every node takes part: the leader (the reader) sends the digest it
+ * computed while reading; a node whose new copy records another digest
+ * removes that copy and reports it in @buf ("fail ..."). @copied: this node
+ * ran the engine and it succeeded. Returns 0, or -1 after set_failure(). */
+static int verify_copy_digest(struct agent *a, size_t img, const char *dst, bool copied,
+                              int64_t since, char *buf, size_t buflen, int *len)
+{
+    char ref[SH_HASH_HEX_LEN], mine[SH_HASH_HEX_LEN];
+    unsigned char *got = NULL;
+    uint32_t glen = 0;
+
+    ref[0] = mine[0] = '\0';
+    if (copied)
+        dst_digest(a, dst, since, mine);
+    if (a->index == 0 && copied) {
+        static char json[65536];
+
+        if (engine_json(a, img, json, sizeof(json)) > 0)
+            json_str(json, "digest", ref, sizeof(ref));
+        if (ref[0] == '\0')
+            snprintf(ref, sizeof(ref), "%s", mine);
+    }
+    if (sh_ctl_bcast(a->ctl, ref, a->index == 0 ? (uint32_t)strlen(ref) : 0, &got, &glen,
+                     a->deadline) != 0) {
+        set_failure(a, true, "lost the control plane (reference digest): %s", strerror(errno));
+        return -1;
+    }
+    if (glen > 0 && glen < sizeof(ref)) {
+        memcpy(ref, got, glen);
+        ref[glen] = '\0';
+    } else {
+        ref[0] = '\0';
+    }
+    free(got);
+    if (!copied || ref[0] == '\0' || mine[0] == '\0' || strcmp(ref, mine) == 0)
+        return 0;
+    {
+        char name[NAME_MAX + 1];
+        int dirfd = open_dst_dir(dst, name, sizeof(name));
+
+        if (dirfd >= 0) {
+            unlinkat(dirfd, name, 0);
+            sh_meta_remove_sidecar(dirfd, name);
+            close(dirfd);
+        }
+    }
+    sh_error("stage", "%s: the copy's digest %s differs from the reader's %s: copy removed",
+             dst, mine, ref);
+    *len = snprintf(buf, buflen, "fail %s: the copy's digest differs from the reader's "
+                    "(compared over the authenticated control plane; the data was altered "
+                    "in transit): copy removed", a->in.nodename);
+    return 0;
+}
+
 static void stage_image(struct agent *a, size_t img)
 {
     const char *src = sh_spec_set_src(a->specs, img);
@@ -917,7 +1013,8 @@ static void stage_image(struct agent *a, size_t img)
     uint32_t *part = NULL;
     enum vote v;
     int64_t t0 = now_ns();
-    bool outcome = false, leader_cause = false, source_fault = false;
+    bool outcome = false, leader_cause = false, source_fault = false, copied = false;
+    int64_t engine_start;
     int len;
 
     /* 1. the leader checks SRC as the user; everyone learns its identity. */
@@ -966,7 +1063,14 @@ static void stage_image(struct agent *a, size_t img)
             memcpy(buf, "fail ", 5);
             len = (int)(5 + reasons_format(&r, buf + 5, sizeof(buf) - 5));
         } else if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0) {
-            len = snprintf(buf, sizeof(buf), "fail nodes did not answer: %s", missing);
+            /* No other node of a job's prolog ever came: most likely the
+             * prolog runs on the batch node only (DESIGN.md §2 step 8). */
+            len = snprintf(buf, sizeof(buf), "fail %s%s", missing,
+                           a->in.stepid == STEP_JOB && a->nnodes > 1 &&
+                                   votes.nmissing == a->nnodes - 1
+                               ? " (is PrologFlags=Alloc set in slurm.conf? without it "
+                                 "the job prolog runs on the batch node only)"
+                               : "");
         } else {
             size_t o = (size_t)snprintf(buf, sizeof(buf), "plan");
             uint32_t needs = 0;
@@ -1026,6 +1130,7 @@ static void stage_image(struct agent *a, size_t img)
 
     /* 4. participants run the engine; everyone then agrees on the result. */
     err[0] = '\0';
+    engine_start = (int64_t)time(NULL) - 1;
     /* A failure travels as "fail <node>: <reason>", or as "failo <outcome>"
      * when it is only the engines' exit statuses (the same text on every
      * participant, naming every node): the leader then keeps the reader's
@@ -1052,8 +1157,11 @@ static void stage_image(struct agent *a, size_t img)
                        json_num(json, "exit_code", -1) == ENGINE_EXIT_SOURCE;
     } else {
         len = snprintf(buf, sizeof(buf), "ok");
+        copied = mypos != UINT32_MAX;
     }
     free(part);
+    if (verify_copy_digest(a, img, dst, copied, engine_start, buf, sizeof(buf), &len) != 0)
+        return;
     {
         struct sh_ctl_result res;
         unsigned char *fin = NULL;
@@ -1096,7 +1204,7 @@ static void stage_image(struct agent *a, size_t img)
             }
             if (sh_ctl_format_missing(a->ctl, &res, missing, sizeof(missing)) > 0 &&
                 o < sizeof(buf) - 2) {
-                o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%snodes did not answer: %s",
+                o += (size_t)snprintf(buf + o, sizeof(buf) - o, "%s%s",
                                       o > 0 ? "; " : "fail ", missing);
                 others = true;
             }
@@ -1227,10 +1335,18 @@ int sh_agent_prolog_main(void)
         cc.stepid = a.in.stepid;
         cc.kjob = a.kjob;
         if (sh_ctl_join(&cc, a.deadline, &a.ctl) != 0) {
-            set_failure(&a, false, "node %s: control plane: %s%s", a.in.nodename,
-                        strerror(errno),
-                        errno == ETIMEDOUT ? " (is PrologFlags=Alloc set? without it "
-                        "the prolog runs on the batch node only)" : "");
+            int jerr = errno;
+
+            /* Only a node other than the leader waits for a parent. */
+            if (jerr == ETIMEDOUT && a.index != 0)
+                set_failure(&a, false, "node %s: control plane: could not reach node %s "
+                            "(its parent in the control tree) by the deadline: its agent "
+                            "did not start or the network between them is broken",
+                            a.in.nodename,
+                            a.names[sh_ctl_parent_of(a.index, a.cfg.fanout)]);
+            else
+                set_failure(&a, false, "node %s: control plane: %s", a.in.nodename,
+                            strerror(jerr));
             goto done;
         }
         sh_ctl_sync_deadline(a.ctl, &a.deadline);

@@ -100,14 +100,29 @@ void sh_guard_start_watchdog(int rank)
     alarm(secs > 100000000 ? 100000000u : (unsigned)secs);
 }
 
+/* Leave without MPI_Abort. Under Slurm an MPI_Abort ends the step with
+ * SIGKILL (measured on the test cluster: a survivor's temp file stayed
+ * behind), so the other ranks could not remove their temp files. Each rank
+ * leaves on its own instead: every rank has the same deadline, and a rank
+ * whose peer died sees an MPI error or reaches that deadline. Under mpirun a
+ * rank leaving without MPI_Finalize makes mpirun SIGTERM the others, which
+ * the handler above turns into the same cleanup. */
+static void leave(int code) __attribute__((noreturn));
+
+static void leave(int code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
+}
+
 void sh_guard_deadline_abort(const char *phase, const char *detail)
 {
     sh_publish_signal_cleanup(&sh_guard_pub);
-    sh_error(phase, "deadline (--timeout) reached%s%s; temp file removed, "
-             "aborting the job", detail != NULL ? ": " : "",
+    sh_error(phase, "deadline (--timeout) reached%s%s; no file left under the "
+             "destination's name, exiting", detail != NULL ? ": " : "",
              detail != NULL ? detail : "");
-    MPI_Abort(MPI_COMM_WORLD, SH_EXIT_TIMEOUT);
-    _exit(SH_EXIT_TIMEOUT);
+    leave(SH_EXIT_TIMEOUT);
 }
 
 void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)
@@ -118,10 +133,9 @@ void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)
     if (rc != MPI_SUCCESS)
         MPI_Error_string(rc, err, &len);
     sh_publish_signal_cleanup(&sh_guard_pub);
-    sh_error(phase, "%s failed%s%s; temp file removed, aborting the job", what,
-             len > 0 ? ": " : "", err);
-    MPI_Abort(MPI_COMM_WORLD, SH_EXIT_INTERNAL);
-    _exit(SH_EXIT_INTERNAL);
+    sh_error(phase, "%s failed%s%s; no file left under the destination's "
+             "name, exiting", what, len > 0 ? ": " : "", err);
+    leave(SH_EXIT_INTERNAL);
 }
 
 /* ---- MPI helpers: non-blocking + polling, so the deadline always fires -- */

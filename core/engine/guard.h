@@ -30,11 +30,12 @@ void sh_guard_install_signals(void);
  * _exit(SH_EXIT_TIMEOUT). Call again once @rank is known (re-arms). */
 void sh_guard_start_watchdog(int rank);
 
-/* Unlink the temp file, log, MPI_Abort with SH_EXIT_TIMEOUT. No return. */
+/* Unlink the temp file, log, leave with SH_EXIT_TIMEOUT (no MPI_Abort: under
+ * Slurm it SIGKILLs the other ranks before they can clean up). */
 void sh_guard_deadline_abort(const char *phase, const char *detail)
     __attribute__((noreturn));
-/* Unlink the temp file, log "@what failed: <MPI error of @rc>", MPI_Abort
- * with SH_EXIT_INTERNAL. @rc may be MPI_SUCCESS for non-MPI failures. */
+/* Unlink the temp file, log "@what failed: <MPI error of @rc>", leave with
+ * SH_EXIT_INTERNAL. @rc may be MPI_SUCCESS for non-MPI failures. */
 void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)
     __attribute__((noreturn));
 

@@ -568,6 +568,15 @@ int main(int argc, char **argv)
     sh_guard_start_watchdog(r->rank);
     if (provided < MPI_THREAD_FUNNELED)
         sh_guard_mpi_fatal("start-up", "MPI_THREAD_FUNNELED support", MPI_SUCCESS);
+    /* The agent plans N participants; a world of another size means the
+     * launcher wired up something else (DESIGN.md §2 step 5). */
+    if (r->o.expect_ranks > 0 && r->wsize != r->o.expect_ranks) {
+        if (r->rank == 0)
+            fprintf(stderr, "stagehand-bcast: --expect-ranks=%d: the MPI job has "
+                    "%d rank(s)\n", r->o.expect_ranks, r->wsize);
+        MPI_Finalize();
+        return SH_EXIT_USAGE;
+    }
     if (r->o.source_rank >= r->wsize) {
         if (r->rank == 0)
             fprintf(stderr, "stagehand-bcast: --source-rank=%d: the job has "

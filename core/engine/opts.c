@@ -13,6 +13,7 @@
 enum {
     OPT_CHECK = 256, OPT_VERIFY, OPT_HASH, OPT_SEGMENT, OPT_DEPTH,
     OPT_ALGORITHM, OPT_TIMEOUT, OPT_PROGRESS, OPT_JSON, OPT_SOURCE_RANK,
+    OPT_EXPECT_RANKS,
 };
 
 static const struct option long_opts[] = {
@@ -26,6 +27,7 @@ static const struct option long_opts[] = {
     { "algorithm", required_argument, NULL, OPT_ALGORITHM },
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "source-rank", required_argument, NULL, OPT_SOURCE_RANK },
+    { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
     { "progress", no_argument, NULL, OPT_PROGRESS },
     { "json", no_argument, NULL, OPT_JSON },
     { "verbose", no_argument, NULL, 'v' },
@@ -70,6 +72,8 @@ void sh_bcast_usage(FILE *out)
 "      --timeout=DURATION   overall deadline, e.g. 600, 90s, 10m (default 600s);\n"
 "                           on expiry temp files are removed and the job aborts\n"
 "      --source-rank=N      MPI rank that reads SRC (default 0)\n"
+"      --expect-ranks=N     refuse to run unless the MPI job has exactly N ranks\n"
+"                           (a launcher that wired up another job is an error)\n"
 "      --progress           show progress on stderr (a bar on a terminal)\n"
 "      --json               print a machine-readable summary on stdout\n"
 "  -v, --verbose            more log output (repeat for debug)\n"
@@ -203,6 +207,12 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                 return fail(err, errlen, "--source-rank=%s: expected a "
                             "non-negative integer", optarg);
             o->source_rank = (int)v;
+            break;
+        case OPT_EXPECT_RANKS:
+            if (parse_uint(optarg, (unsigned long)INT_MAX, &v) != 0 || v == 0)
+                return fail(err, errlen, "--expect-ranks=%s: expected a "
+                            "positive integer", optarg);
+            o->expect_ranks = (int)v;
             break;
         case OPT_PROGRESS:
             o->progress = 1;

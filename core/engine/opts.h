@@ -30,6 +30,7 @@ struct sh_bcast_opts {
     enum sh_algorithm algorithm;
     uint64_t timeout_ns;            /* overall deadline, > 0 */
     int source_rank;                /* rank that reads SRC, >= 0 */
+    int expect_ranks;               /* required world size, 0: any */
     int progress;
     int json;
     int verbose;                    /* count of --verbose */

@@ -88,7 +88,17 @@ void sh_msgf(char *buf, size_t len, const char *fmt, ...)
 const char *sh_phase_name(enum sh_phase p);
 /* Print the human summary to @out. */
 void sh_report_text(const struct sh_report *r, FILE *out);
-/* Print the JSON summary (one object, newline-terminated) to @out. */
+/* Print the JSON summary (one object, newline-terminated) to @out:
+ *   format (1), status ("ok"|"failed"), exit_code, source, dest, size,
+ *   source_ok, source_error, algorithm, segment_size, pipeline_depth, check,
+ *   verify, hash, digest (hex, "" when no transfer), ranks, nodes,
+ *   nodes_copied, nodes_current, nodes_failed, nodes_not_copied,
+ *   bytes_transferred, rate_bytes_per_s,
+ *   seconds {start-up, metadata, pre-check, transfer, verify, publish, total},
+ *   node_results [{node, rank, status ("copied"|"current"|"failed"|
+ *   "not-copied"), bytes_written, metadata ("xattr"|"sidecar"), errno,
+ *   exit_class, phase, error, seconds {transfer, verify, publish, cpu}}].
+ * Fields are only ever added; "format" changes if one changes meaning. */
 void sh_report_json(const struct sh_report *r, FILE *out);
 /* Write @s as a JSON string literal (with quotes) to @out. */
 void sh_json_string(FILE *out, const char *s);

@@ -103,3 +103,9 @@ log_since() {
 log_offset() {
     stat -c %s "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null || echo 0
 }
+
+# md5 of @2 inside node @1 ("" when missing): faster than node_sha for the
+# large files of the fault tests (integrity against corruption, not attack).
+node_md5() {
+    on_node "$1" sh -c "md5sum '$2' 2>/dev/null | cut -d' ' -f1"
+}

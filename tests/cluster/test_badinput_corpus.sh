@@ -77,6 +77,7 @@ I="$s/img.sqsh"
 row "img.sqsh" "source 'img.sqsh' is not an absolute path (relative paths are not accepted"
 row "./img.sqsh:/nvme/$tok/x" "source './img.sqsh' is not an absolute path"
 row "../img.sqsh:/nvme/$tok/x" "source '../img.sqsh' is not an absolute path"
+# shellcheck disable=SC2088  # a literal "~" is the point
 row "~/img.sqsh:/nvme/$tok/x" "source '~/img.sqsh' is not an absolute path"
 row "$I:nvme/$tok/x" "destination 'nvme/$tok/x' is not an absolute path"
 row "$I:./x" "destination './x' is not an absolute path"

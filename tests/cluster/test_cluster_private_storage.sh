@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Foundation: each node has its own /nvme, /tmp and /run (per-node state is
-# really per node), /shared is the same everywhere, and node names resolve.
+# really per node; /dev/shm too: Open MPI keeps shared-memory segments there),
+# /shared is the same everywhere, and node names resolve.
 source "$(dirname "$0")/lib.sh"
 
 tag="private.$$"
@@ -10,7 +11,7 @@ for n in $MINICLUSTER_NODES; do
     on_node "$n" sh -c "echo $n >/run/$tag"
 done
 for n in $MINICLUSTER_NODES; do
-    for d in /nvme /tmp /run; do
+    for d in /nvme /tmp /run /dev/shm; do
         got=$(on_node "$n" cat "$d/$tag") || fail "$n: $d/$tag missing"
         [ "$got" = "$n" ] || fail "$n sees another node's $d/$tag ($got)"
         count=$(on_node "$n" sh -c "ls $d | grep -c '^$tag\$'")
@@ -21,7 +22,7 @@ for n in $MINICLUSTER_NODES; do
     for m in $MINICLUSTER_NODES; do
         on_node "$n" getent hosts "$m" >/dev/null || fail "$n cannot resolve $m"
     done
-    on_node "$n" rm -f "/nvme/$tag" "/tmp/$tag" "/run/$tag"
+    on_node "$n" rm -f "/nvme/$tag" "/tmp/$tag" "/run/$tag" "/dev/shm/$tag"
 done
 [ ! -e "/nvme/$tag" ] || fail "the login side sees a node's /nvme"
 

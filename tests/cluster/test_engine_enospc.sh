@@ -27,7 +27,7 @@ mounted=1
 as_user sh -c "head -c 4000000 /dev/urandom > $src" || fail "cannot write $src"
 
 out=$(as_user timeout 60 srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
-    --source "$src" --dest "$mnt/img" 2>"$errf")
+    --timeout=30s --source "$src" --dest "$mnt/img" 2>"$errf")
 rc=$?
 [ "$rc" = 4 ] || fail "exit code $rc, expected 4: $out $(cat "$errf")"
 line=$(printf '%s\n' "$out" | grep "FAILED on $small") || fail "summary does not name $small: $out"

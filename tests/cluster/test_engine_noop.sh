@@ -18,7 +18,7 @@ trap cleanup EXIT
 as_user sh -c "head -c 2000000 /dev/urandom > $src" || fail "cannot write $src"
 run() {
     as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
-        --source "$src" --dest "$dst" --json 2>"$errf"
+        --timeout=60s --source "$src" --dest "$dst" --json 2>"$errf"
 }
 field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 
@@ -40,11 +40,11 @@ done
 
 # forced sidecar metadata (filesystems without user xattrs) is also trusted
 out=$(as_user env STAGEHAND_META_SIDECAR=1 srun --mpi=pmix -N"$k" --ntasks-per-node=1 \
-    "$engine" --source "$src" --dest "$dst.side" --json 2>"$errf") ||
+    "$engine" --timeout=60s --source "$src" --dest "$dst.side" --json 2>"$errf") ||
     fail "sidecar run failed: $out $(cat "$errf")"
 printf '%s' "$out" | grep -q '"metadata":"sidecar"' || fail "sidecar not used: $out"
 out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
-    --source "$src" --dest "$dst.side" --json 2>"$errf") || fail "sidecar rerun failed"
+    --timeout=60s --source "$src" --dest "$dst.side" --json 2>"$errf") || fail "sidecar rerun failed: $out $(cat "$errf")"
 [ "$(printf '%s' "$out" | field nodes_current)" = "$k" ] || fail "sidecar copy not current: $out"
 wait_nodes_idle || fail "nodes not idle"
 echo "ok: second run is a no-op on $k nodes (xattr and sidecar metadata)"

@@ -25,7 +25,7 @@ mkfifo "$dir/fifo" && chmod 666 "$dir/fifo"
 try() { # source expected-text
     local out rc
     out=$(as_user timeout 60 srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
-        --source "$1" --dest "$dst" 2>"$errf")
+        --timeout=30s --source "$1" --dest "$dst" 2>"$errf")
     rc=$?
     [ "$rc" -ne 0 ] || fail "$1: engine succeeded"
     [ "$rc" -ne 124 ] || fail "$1: engine hung"
@@ -44,7 +44,7 @@ try "$dir/missing" "No such file or directory"
 try "$dir/fifo" "not a regular file"
 try /dev/zero "not a regular file"
 # the exit code is the documented one for a source error
-as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" --source "$dir/secret" \
+as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" --timeout=60s --source "$dir/secret" \
     --dest "$dst" >/dev/null 2>&1
 rc=$?
 [ "$rc" = 3 ] || fail "exit code $rc, expected 3"

@@ -24,7 +24,7 @@ dst=/nvme/$tok/img
 srcA=/shared/$tok.a
 srcB=/shared/$tok.b
 out=/shared/$tok.out
-size=$((512 * 1048576))
+size=$((384 * 1048576))
 # How long after the kill the outcome must be known. The staging deadline
 # (plugstack timeout=120s here, 600s by default) is for nodes that never
 # answer; a node whose engine died answers at once.
@@ -39,11 +39,12 @@ trap cleanup EXIT
 as_user truncate -s "$size" "$srcA" || fail "cannot create $srcA"
 as_user sh -c "cp --sparse=always '$srcA' '$srcB' &&
     head -c 1048576 /dev/urandom | dd of='$srcB' conv=notrunc status=none &&
-    head -c 1048576 /dev/urandom | dd of='$srcB' bs=1M seek=511 conv=notrunc status=none" ||
+    head -c 1048576 /dev/urandom | dd of='$srcB' bs=1M seek=383 conv=notrunc status=none" ||
     fail "cannot create $srcB"
-shaA=$(sha256sum "$srcA" | cut -d' ' -f1)
-shaB=$(sha256sum "$srcB" | cut -d' ' -f1)
+shaA=$(md5sum "$srcA" | cut -d' ' -f1)
+shaB=$(md5sum "$srcB" | cut -d' ' -f1)
 errors=()
+unblocked=0
 
 submit() { # SRC -> job id
     rm -f "$out"
@@ -78,6 +79,7 @@ kill_at_half() {
         # it) and its engines hold DST's lock until the deadline. Stop this
         # staging's remaining engines (recorded pids), then go on.
         scancel "$id"
+        unblocked=1
         for n in $MINICLUSTER_NODES; do
             for p in $(engine_pids "$n" "$tok"); do on_node "$n" kill -9 "$p"; done
         done
@@ -87,7 +89,7 @@ kill_at_half() {
     fi
     echo "job $id ended $st $((SECONDS - t0)) s after the kill"
     [ "$st" = FAILED ] || { errors+=("$victim: job $id ended $st, expected FAILED"); return; }
-    grep -q "stagehand: --stage-image failed: image $dst: .*$victim[,:].*engine killed by signal 9" "$out" ||
+    grep -q "stagehand: --stage-image failed: image $dst: .*${victim}[,:].*engine killed by signal 9" "$out" ||
         errors+=("$victim: message does not name the node and cause: $(cat "$out")")
     ! grep -q script-ran "$out" || errors+=("$victim: the batch script ran without its image")
 }
@@ -97,9 +99,9 @@ kill_at_half() {
 after_failure() {
     local n got victim=$2
     for n in $MINICLUSTER_NODES; do
-        got=$(node_sha "$n" "$dst")
+        got=$(node_md5 "$n" "$dst")
         [ "$got" = "$1" ] || errors+=("$n: DST is '${got:-absent}' after the failure, expected '${1:-absent}'")
-        [ "$n" = "$victim" ] && continue
+        [ "$n" = "$victim" ] || [ "$unblocked" = 1 ] && continue
         [ -z "$(temp_files_in "/nvme/$tok" | grep "^$n:")" ] || errors+=("$n: survivor left a temp file")
     done
 }
@@ -113,7 +115,7 @@ recover() {
     [ "$st" = COMPLETED ] || fail "the next job $id ended $st: $(cat "$out")"
     grep -q script-ran "$out" || fail "the next job's script did not run: $(cat "$out")"
     for n in $MINICLUSTER_NODES; do
-        [ "$(node_sha "$n" "$dst")" = "$2" ] || fail "$n: wrong DST after the next job"
+        [ "$(node_md5 "$n" "$dst")" = "$2" ] || fail "$n: wrong DST after the next job"
     done
     left=$(temp_files_in "/nvme/$tok")
     [ -z "$left" ] || fail "temp files left after the next run: $left"
@@ -122,6 +124,7 @@ recover() {
 }
 
 # A: a receiving node's engine, fresh DST
+unblocked=0
 kill_at_half "$receiver" "$srcA" wchar
 after_failure "" "$receiver"
 assert_no_drain
@@ -129,6 +132,7 @@ recover "$srcA" "$shaA"
 echo "ok: A: receiver $receiver killed; recovered, temp files swept"
 
 # B: the reader's engine, previous version in place
+unblocked=0
 kill_at_half "$reader" "$srcB" rchar
 after_failure "$shaA" "$reader"
 assert_no_drain

@@ -39,6 +39,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(o.depth, SH_BCAST_DEFAULT_DEPTH);
     ck_assert_uint_eq(o.timeout_ns, SH_BCAST_DEFAULT_TIMEOUT_NS);
     ck_assert_int_eq(o.source_rank, 0);
+    ck_assert_int_eq(o.expect_ranks, 0);
     ck_assert_int_eq(o.json + o.progress + o.verbose, 0);
 }
 END_TEST
@@ -50,7 +51,8 @@ START_TEST(every_option)
                            "--segment-size=1G", "--pipeline-depth", "64",
                            "--algorithm=bcast", "--timeout=90s",
                            "--source-rank=3", "--progress", "--json", "-v",
-                           "--verbose", (const char *)0), SH_OPTS_RUN);
+                           "--verbose", "--expect-ranks=8", (const char *)0), SH_OPTS_RUN);
+    ck_assert_int_eq(o.expect_ranks, 8);
     ck_assert_int_eq(o.check, SH_CHECK_CONTENT);
     ck_assert_int_eq(o.verify, SH_VERIFY_READBACK);
     ck_assert_int_eq(o.hash, SH_HASH_SHA256);
@@ -104,6 +106,8 @@ START_TEST(bad_values)
     rejects("--timeout=0", "--timeout=0", (const char *)0);
     rejects("--timeout=1d", "--timeout=1d", (const char *)0);
     rejects("--source-rank=-1", "--source-rank=-1", (const char *)0);
+    rejects("--expect-ranks=0", "--expect-ranks=0", (const char *)0);
+    rejects("--expect-ranks=x", "--expect-ranks=x", (const char *)0);
     rejects("--bogus", "--bogus", (const char *)0);
     rejects("stray", "stray", (const char *)0);
     rejects("--timeout", "--timeout", (const char *)0);    /* missing value */

@@ -1,0 +1,104 @@
+#!/usr/bin/python3
+"""Time model of the staging methods (bench/model.md), checked against a
+bench/run.sh result and extrapolated to large clusters.
+
+  model.py [--csv bench/results/latest.csv] [--calib bench/results/latest.calib]
+           [--segment BYTES]
+
+Chain (pipelined point-to-point, segment s, N nodes, bottleneck rate B):
+    T_chain = T0 + S/B + (N-1) * (s/B + a)
+Per-segment broadcast collective (binomial tree per segment, mpi-stage style):
+    T_binom = T0 + ceil(log2 N) * S/B
+Pipelined binary tree (each inner node sends every segment twice):
+    T_tree  = T0 + 2*S/B + 2*ceil(log2 N) * (s/B + a)
+Naive copy (every node reads the shared filesystem, storage rate Bs total):
+    T_cp    = max(S/Bl, N*S/Bs)
+sbcast with N <= TreeWidth (50): the first node sends to every other node:
+    T_sb    = (N-1) * S/Bl
+T0 = start-up (MPI init, metadata, pre-check, verify, publish), a = per-hop
+latency per segment.
+"""
+import argparse
+import csv
+import math
+import statistics
+from collections import defaultdict
+
+
+def chain(S, N, B, s, T0, a):
+    return T0 + S / B + (N - 1) * (s / B + a)
+
+
+def binom(S, N, B, T0):
+    return T0 + math.ceil(math.log2(max(N, 2))) * S / B
+
+
+def tree(S, N, B, s, T0, a):
+    return T0 + 2 * S / B + 2 * math.ceil(math.log2(max(N, 2))) * (s / B + a)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--csv", default="bench/results/latest.csv")
+    ap.add_argument("--calib", default="bench/results/latest.calib")
+    ap.add_argument("--segment", type=float, default=None,
+                    help="segment size in bytes (default: from the engine's JSON, else 1 MiB)")
+    ap.add_argument("--t0", type=float, default=None,
+                    help="fixed start-up seconds (default: fitted)")
+    a = ap.parse_args()
+    cal = {}
+    for line in open(a.calib):
+        if "=" in line:
+            k, v = line.strip().split("=", 1)
+            cal[k] = v
+    Bl = float(cal["link_raw_MBps"]) * 1e6
+    Bs = float(cal["storage_2readers_MBps"]) * 1e6
+    B = min(Bl, Bs, float(cal["local_write_MBps"]) * 1e6)
+    s = a.segment or float(cal.get("segment_bytes", 1 << 20))
+    runs = defaultdict(list)
+    for r in csv.DictReader(open(a.csv)):
+        if r["ok"] == "1" and r["seconds"] not in ("", "nan"):
+            runs[(int(r["size_bytes"]), r["method"], int(r["nodes"]))].append(float(r["seconds"]))
+    med = {k: statistics.median(v) for k, v in runs.items()}
+
+    # fit T0 for the chain: mean of (measured - S/B - (N-1) s/B) over the points
+    pts = [(S, N, t) for (S, m, N), t in med.items() if m == "chain"]
+    if a.t0 is not None:
+        T0 = a.t0
+    else:
+        T0 = statistics.mean(t - (S << 20) / B - (N - 1) * s / B for S, N, t in pts) if pts else 0.0
+    print(f"B = min(link {Bl / 1e6:.1f}, storage {Bs / 1e6:.1f}, write) = {B / 1e6:.1f} MB/s; "
+          f"segment {s / 1048576:g} MiB; fitted start-up T0 = {T0:.2f} s (chain)\n")
+    print("| method | S MiB | N | measured s | model s | model |")
+    print("|---|---|---|---|---|---|")
+    for (S, m, N), t in sorted(med.items(), key=lambda x: (x[0][0], x[0][1], x[0][2])):
+        Sb = S << 20
+        if m == "chain":
+            p, f = chain(Sb, N, B, s, T0, 0.0), "T0 + S/B + (N-1)s/B"
+        elif m == "plugin":
+            continue
+        elif m == "cp":
+            p, f = max(Sb / Bl, N * Sb / Bs), "max(S/Bl, N S/Bs)"
+        elif m == "sbcast":
+            p, f = (N - 1) * Sb / Bl, "(N-1) S/Bl"
+        elif m == "bcast":
+            p, f = binom(Sb, N, B, T0), "T0 + ceil(log2 N) S/B"
+        else:
+            continue
+        print(f"| {m} | {S} | {N} | {t:.2f} | {p:.2f} | {f} |")
+
+    print("\nPrediction, 16 GiB image, link-bound (B = link rate), per-hop latency 5 us:\n")
+    print("| link | N | segment | chain s | pipelined binary tree s | binomial per segment s | naive copy at 1 TB/s storage s |")
+    print("|---|---|---|---|---|---|---|")
+    S = 16 * 2**30
+    for gbps in (200, 400):
+        Bx = gbps * 1e9 / 8
+        for N in (1000, 10000):
+            for seg in (1 << 20, 8 << 20):
+                print(f"| {gbps} Gb/s | {N} | {seg >> 20} MiB | {chain(S, N, Bx, seg, 0, 5e-6):.2f} | "
+                      f"{tree(S, N, Bx, seg, 0, 5e-6):.2f} | {binom(S, N, Bx, 0):.2f} | "
+                      f"{max(S / Bx, N * S / 1e12):.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+#!/usr/bin/python3
+"""Turn bench/run.sh's CSV and calibration into latest.md and latest.png.
+
+  report.py --csv latest.csv --calib latest.calib --out DIR
+"""
+import argparse
+import csv
+import os
+import statistics
+import subprocess
+from collections import defaultdict
+
+METHODS = [
+    ("plugin", "stagehand, sbatch --stage-image (submit -> job script start)"),
+    ("plugin-agent", "stagehand, same runs: the agent's own staging time (slurmd log)"),
+    ("chain", "stagehand-bcast --algorithm=chain (srun in the allocation)"),
+    ("bcast", "stagehand-bcast --algorithm=bcast (MPI_Ibcast per segment)"),
+    ("sbcast", "sbcast from the allocation's first node"),
+    ("cp", "srun cp from the shared filesystem on every node"),
+]
+STAGEHAND = ("plugin", "plugin-agent", "chain")
+
+
+def load_calib(path):
+    c = {}
+    for line in open(path):
+        if "=" in line:
+            k, v = line.rstrip("\n").split("=", 1)
+            c[k] = v
+    return c
+
+
+def num(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--calib", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    cal = load_calib(a.calib)
+    rows = list(csv.DictReader(open(a.csv)))
+
+    # (size MiB, method, N) -> list of (seconds, storage bytes, ok)
+    runs = defaultdict(list)
+    for r in rows:
+        size, n, ok = int(r["size_bytes"]), int(r["nodes"]), r["ok"] == "1"
+        sb = int(r["storage_bytes"])
+        runs[(size, r["method"], n)].append((num(r["seconds"]), sb, ok, r))
+        if r["method"] == "plugin":
+            runs[(size, "plugin-agent", n)].append((num(r["prolog_seconds"]), sb, ok, r))
+
+    rate = {
+        "link": float(cal["link_raw_MBps"]),
+        "storage": float(cal["storage_2readers_MBps"]),
+        "write": float(cal["local_write_MBps"]),
+    }
+    lim_rate = min(rate.values())
+    nom_rate = min(float(cal["link_nominal_MBps"]), float(cal["storage_nominal_MBps"]),
+                   rate["write"])
+    sizes = sorted({k[0] for k in runs})
+    nodes = sorted({k[2] for k in runs if k[1] != "noop" and k[1] != "nooption"})
+
+    def stats(size, m, n):
+        v = runs.get((size, m, n), [])
+        good = [s for s, _, ok, _ in v if ok and s is not None]
+        sb = [b for _, b, ok, _ in v if ok]
+        if not good:
+            return None
+        return {
+            "med": statistics.median(good), "min": min(good), "max": max(good),
+            "n_ok": len(good), "n": len(v),
+            "sb": statistics.median(sb) if sb else 0,
+            "sb_max": max(sb) if sb else 0,
+        }
+
+    md = []
+    md.append("# stagehand benchmark: latest results\n")
+    md.append(f"Produced by `bench/run.sh` on {cal.get('date_start', '?')} in "
+              f"{cal.get('duration_s', '?')} s. Host: {cal.get('host_cpus', '?')} CPU cores "
+              f"shared by all emulated nodes; load average at start "
+              f"{cal.get('load_start', '?')}, at end {cal.get('load_end', '?')} "
+              f"(other work on the host inflates times). Plot: [latest.png](latest.png); "
+              f"raw data: [latest.csv](latest.csv).\n")
+    md.append("## Setup and calibration\n")
+    md.append(f"Minicluster with `--shared sshfs`: a storage-host namespace serves the shared "
+              f"filesystem over sshfs, each node mounts it separately (`cache=no`), so every "
+              f"node that reads the image reads it from the storage host over its own link. "
+              f"`minicluster shape --storage {cal['storage_rate']} --link {cal['link_rate']}`: "
+              f"every node link {cal['link_rate']} each way, the storage host's egress "
+              f"{cal['storage_rate']}. /nvme is a tmpfs per node. Rates in MB/s (10^6 B/s).\n")
+    md.append("| what | nominal | measured (raw transfer, no MPI) |")
+    md.append("|---|---|---|")
+    md.append(f"| node link | {cal['link_nominal_MBps']} | {cal['link_raw_MBps']} (one TCP stream n1->n2, memory to memory; the rest is TCP/IP framing) |")
+    md.append(f"| storage egress | {cal['storage_nominal_MBps']} | {cal['storage_1reader_MBps']} with 1 reader (its link limits it), {cal['storage_2readers_MBps']} total with 2 readers |")
+    md.append(f"| local write | - | {cal['local_write_MBps']} (dd to /nvme, fsync) |")
+    md.append(f"| CPU check | - | {cal['chain_raw_MBps']}: raw TCP chain over {cal['chain_raw_nodes']} nodes, each hop forwarding and writing |")
+    md.append("")
+    md.append(f"**Physical limit** of one staging: S / min(storage, link, local write) = "
+              f"S / {lim_rate:.1f} MB/s (measured rates); with the nominal shaped rates "
+              f"S / {nom_rate:.1f} MB/s. \"% of limit\" below uses the measured rate; the "
+              f"nominal one is {100 * nom_rate / lim_rate:.0f}% as strict.\n")
+    md.append("Methods (each run starts with an empty /nvme on every node; the source is warm "
+              "in the storage host's page cache; \"storage\" is the bytes the storage host's "
+              "sftp servers read, as a multiple of S: rchar, which includes the SFTP "
+              "requests, about 0.1 %):\n")
+    for m, d in METHODS:
+        md.append(f"- `{m}`: {d}")
+    md.append("")
+
+    for size in sizes:
+        sbytes = size << 20
+        tlim = sbytes / (lim_rate * 1e6)
+        md.append(f"## S = {size} MiB (limit {tlim:.2f} s)\n")
+        md.append("| method | N | median s | min-max s | MB/s | % of limit | storage x S | ok |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        for m, _ in METHODS:
+            for n in nodes:
+                st = stats(size, m, n)
+                if st is None:
+                    v = runs.get((size, m, n), [])
+                    if v:
+                        md.append(f"| {m} | {n} | failed | | | | | 0/{len(v)} |")
+                    continue
+                md.append(
+                    f"| {m} | {n} | {st['med']:.2f} | {st['min']:.2f}-{st['max']:.2f} | "
+                    f"{sbytes / st['med'] / 1e6:.1f} | {100 * tlim / st['med']:.0f}% | "
+                    f"{st['sb'] / sbytes:.2f} | {st['n_ok']}/{st['n']} |")
+        md.append("")
+
+    # no-op
+    noop = [(k, v) for k, v in runs.items() if k[1] in ("noop", "nooption")]
+    targets = []
+    if noop:
+        size = min(k[0] for k, _ in noop)
+        n = max(k[2] for k, _ in noop)
+        a_ = stats(size, "noop", n)
+        b_ = stats(size, "nooption", n)
+        md.append(f"## No-op at N={n}\n")
+        md.append("Submit -> job script start of a job whose nodes all hold a current copy "
+                  "(`--stage-image`, nothing copied) against the same job without the option, "
+                  "alternating.\n")
+        md.append("| job | median s | min-max s | storage bytes | ok |")
+        md.append("|---|---|---|---|---|")
+        for nm, st in (("with --stage-image, all current", a_), ("without the option", b_)):
+            if st:
+                md.append(f"| {nm} | {st['med']:.3f} | {st['min']:.3f}-{st['max']:.3f} | "
+                          f"{st['sb']:.0f} | {st['n_ok']}/{st['n']} |")
+        if a_ and b_:
+            d = a_["med"] - b_["med"]
+            md.append(f"\nAdded by the no-op: **{1000 * d:.0f} ms** (median difference).\n")
+            targets.append((f"no-op adds <= 50 ms median at N={n}", d <= 0.050,
+                            f"{1000 * d:.0f} ms"))
+
+    # targets
+    big = max(sizes)
+    sbytes = big << 20
+    tlim = sbytes / (lim_rate * 1e6)
+    for m in STAGEHAND:
+        fr = []
+        for n in nodes:
+            st = stats(big, m, n)
+            fr.append((n, None if st is None else tlim / st["med"]))
+        ok = all(f is not None and f >= 0.9 for _, f in fr)
+        targets.append((f"{m}: >= 90% of the limit at every N ({big} MiB)", ok,
+                        ", ".join(f"N={n}: {'fail' if f is None else f'{100 * f:.0f}%'}" for n, f in fr)))
+        lo, hi = stats(big, m, min(nodes)), stats(big, m, max(nodes))
+        if lo and hi:
+            r = hi["med"] / lo["med"]
+            targets.append((f"{m}: time at N={max(nodes)} within 10% of N={min(nodes)} ({big} MiB)",
+                            r <= 1.10, f"{100 * (r - 1):+.1f}%"))
+    for m in ("plugin", "chain"):
+        for other in ("sbcast", "cp", "bcast"):
+            worse = []
+            for size in sizes:
+                for n in nodes:
+                    a_, b_ = stats(size, m, n), stats(size, other, n)
+                    if a_ and b_ and n >= 2:
+                        worse.append((size, n, a_["med"] < b_["med"], b_["med"] / a_["med"]))
+            if worse:
+                targets.append((f"{m} faster than {other} at every N and size",
+                                all(w[2] for w in worse),
+                                ", ".join(f"{s}M/N={n}: {x:.2f}x" for s, n, _, x in worse)))
+    sb_ok, sb_txt = True, []
+    for m in ("plugin", "chain"):
+        for size in sizes:
+            for n in nodes:
+                for s, b, ok, _ in runs.get((size, m, n), []):
+                    if ok:
+                        r = b / (size << 20)
+                        if round(r, 2) != 1.00:
+                            sb_ok = False
+                            sb_txt.append(f"{m} {size}M N={n}: {r:.3f}")
+    targets.append(("storage bytes = 1.00 x S for stagehand (plugin, chain) in every run",
+                    sb_ok, "all runs 1.00" if sb_ok else "; ".join(sb_txt)))
+    md.append("## Targets (issue 5)\n")
+    md.append("| target | met | measured |")
+    md.append("|---|---|---|")
+    for t, ok, txt in targets:
+        md.append(f"| {t} | {'yes' if ok else '**no**'} | {txt} |")
+    md.append("")
+    open(os.path.join(a.out, "latest.md"), "w").write("\n".join(md) + "\n")
+
+    # plot data: one block per method, per size
+    dat = os.path.join(a.out, ".plot.dat")
+    with open(dat, "w") as f:
+        for size in sizes:
+            for m, _ in METHODS:
+                f.write(f"# {size} {m}\n")
+                for n in nodes:
+                    st = stats(size, m, n)
+                    if st:
+                        f.write(f"{n} {st['med']:.4f} {st['min']:.4f} {st['max']:.4f}\n")
+                f.write("\n\n")
+    nm = len(METHODS)
+    gp = [
+        "set terminal pngcairo size 1400,560 font 'DejaVu Sans,10'",
+        f"set output '{os.path.join(a.out, 'latest.png')}'",
+        f"set multiplot layout 1,{len(sizes)} title 'stagehand vs alternatives: "
+        f"time to stage S to N nodes (link {cal['link_rate']}, storage {cal['storage_rate']}, "
+        f"median and min-max of the runs)'",
+        "set xlabel 'nodes N'", "set ylabel 'seconds'", "set grid",
+        f"set xtics ({', '.join(str(n) for n in nodes)})",
+        f"set xrange [{min(nodes) - 0.5}:{max(nodes) + 0.5}]",
+        "set key top left", "set logscale y",
+    ]
+    for i, size in enumerate(sizes):
+        tl = (size << 20) / (lim_rate * 1e6)
+        gp.append(f"set title 'S = {size} MiB'")
+        gp.append(f"set yrange [{tl * 0.7:.3f}:*]")
+        plots = []
+        for j, (m, _) in enumerate(METHODS):
+            idx = i * nm + j
+            if any(stats(size, m, n) for n in nodes):
+                plots.append(f"'{dat}' index {idx} using 1:2:3:4 with yerrorlines lw 2 pt 7 title '{m}'")
+        plots.append(f"{tl:.4f} with lines dt 2 lw 2 lc rgb 'black' title 'physical limit'")
+        gp.append("plot " + ", \\\n     ".join(plots))
+    gp.append("unset multiplot")
+    subprocess.run(["gnuplot"], input="\n".join(gp), text=True, check=True)
+    os.unlink(dat)
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()

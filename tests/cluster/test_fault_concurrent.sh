@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 6 fault matrix, case F03: (a) two jobs on the same (shared) nodes
+# stage the same SRC to the same DST at the same time: both succeed, DST is
+# complete and identical everywhere, only one of them copies (the other
+# waits on the per-DST lock, re-checks and finds it current), no temp file;
+# (b) eight jobs start together while DST is already current: all succeed at
+# once with "nothing copied", no engine runs. No node drained.
+# shellcheck source=tests/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+tok=fconc$$
+tag=fault-conc.$$
+dst=/nvme/$tok/img
+src=/shared/$tok.img
+cleanup() {
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    rm -f "$src" /shared/"$tok".*.out
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+}
+trap cleanup EXIT
+make_user_file "$src" 64 || fail "cannot create $src"
+
+submit() { # NAME
+    as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.$1.out" --stage-verbose \
+        --stage-image="$src:$dst" --wrap 'cmp "$STAGEHAND_IMAGE" '"$src"' && echo script-ran'
+}
+
+# (a) two at once
+a=$(submit a) || fail "sbatch a"
+b=$(submit b) || fail "sbatch b"
+for j in "$a:a" "$b:b"; do
+    st=$(wait_job_end "${j%%:*}" 120)
+    [ "$st" = COMPLETED ] || fail "job ${j%%:*} ended $st: $(cat "/shared/$tok.${j##*:}.out")"
+    grep -q script-ran "/shared/$tok.${j##*:}.out" || fail "job ${j##*:}: $(cat "/shared/$tok.${j##*:}.out")"
+done
+copies=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -oE "$dst: [0-9]+ copied" | grep -vc ': 0 copied' || true)
+current=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" |
+    grep -cE "$dst: (all $k nodes current, nothing copied|0 copied, $k current)" || true)
+[ "$copies" = 1 ] && [ "$current" = 1 ] ||
+    fail "expected one copy and one no-op: $(cat "/shared/$tok.a.out" "/shared/$tok.b.out")"
+assert_staged_everywhere "$src" "$dst"
+assert_no_temp_files "$dst"
+assert_no_drain
+echo "ok: (a) two concurrent jobs: one copied, the other waited and found DST current"
+
+# (b) eight at once, DST current
+ids=()
+t0=$SECONDS
+for i in 1 2 3 4 5 6 7 8; do ids+=("$(submit "c$i")") || fail "sbatch c$i"; done
+for i in "${!ids[@]}"; do
+    o="/shared/$tok.c$((i + 1)).out"
+    st=$(wait_job_end "${ids[$i]}" 120)
+    [ "$st" = COMPLETED ] || fail "job ${ids[$i]} ended $st: $(cat "$o")"
+    grep -q "$dst: all $k nodes current, nothing copied" "$o" || fail "job ${ids[$i]} was not a no-op: $(cat "$o")"
+    grep -q script-ran "$o" || fail "job ${ids[$i]}: $(cat "$o")"
+done
+assert_staged_everywhere "$src" "$dst"
+assert_no_temp_files "$dst"
+for j in "${ids[@]}" "$a" "$b"; do assert_runtime_gone "$j"; done
+assert_no_drain
+echo "ok: (b) eight jobs with DST current: all no-ops ($((SECONDS - t0)) s for all)"

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Issue 6 fault matrix, case F06: scancel in the middle of the broadcast,
+# then the same job again. The cancelled job ends at once; its staging, which
+# slurmd lets the prolog finish, either completes (a whole, verified DST) or
+# leaves nothing under DST's name; no engine or agent of it outlives the
+# staging deadline's order of magnitude (here: 30 s), no temp file or runtime
+# state is left, no node is drained, and the resubmitted job works.
+# shellcheck source=tests/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+tok=fcanc$$
+tag=fault-cancel.$$
+dst=/nvme/$tok/img
+src=/shared/$tok.img
+out=/shared/$tok.out
+cleanup() {
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    rm -f "$src" "$out"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+}
+trap cleanup EXIT
+as_user sh -c "truncate -s 384M '$src' && head -c 1048576 /dev/urandom | dd of='$src' conv=notrunc status=none" ||
+    fail "cannot create $src"
+want=$(md5sum "$src" | cut -d' ' -f1)
+
+submit() {
+    rm -f "$out"
+    as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" --wrap 'echo script-ran'
+}
+
+id=$(submit) || fail "sbatch: $id"
+for _ in $(seq 1 300); do
+    [ -n "$(temp_files_in "/nvme/$tok")" ] && break
+    sleep 0.02
+done
+[ -n "$(temp_files_in "/nvme/$tok")" ] || fail "the transfer did not start"
+sleep 0.3
+as_user scancel "$id" || fail "scancel failed"
+t0=$SECONDS
+st=$(wait_job_end "$id" 10)
+[ "$st" = CANCELLED ] || fail "job $id ended $st after scancel"
+echo "job $id cancelled after $((SECONDS - t0)) s"
+
+# its staging processes end (they finish or fail; never linger)
+for _ in $(seq 1 150); do
+    left=""
+    for n in $MINICLUSTER_NODES; do left+=$(engine_pids "$n" "$tok"); done
+    [ -z "$left" ] && break
+    sleep 0.2
+done
+[ -z "$left" ] || fail "engines of the cancelled job still run 30 s later: $left"
+assert_runtime_gone "$id" 30
+for n in $MINICLUSTER_NODES; do
+    got=$(node_md5 "$n" "$dst")
+    [ -z "$got" ] || [ "$got" = "$want" ] || fail "$n: a partial DST is visible after scancel"
+done
+left=$(temp_files_in "/nvme/$tok")
+[ -z "$left" ] || fail "temp files left after scancel: $left"
+! grep -q script-ran "$out" 2>/dev/null || fail "the cancelled job's script ran"
+assert_no_drain
+echo "ok: cancelled job: no partial DST, no temp file, no runtime state, no drain"
+
+# the same job again
+id=$(submit) || fail "sbatch: $id"
+st=$(wait_job_end "$id" 90)
+[ "$st" = COMPLETED ] || fail "resubmitted job $id ended $st: $(cat "$out")"
+grep -q script-ran "$out" || fail "resubmitted job: $(cat "$out")"
+for n in $MINICLUSTER_NODES; do
+    [ "$(node_md5 "$n" "$dst")" = "$want" ] || fail "$n: DST wrong after the resubmit"
+done
+assert_no_temp_files "$dst"
+assert_runtime_gone "$id"
+assert_no_drain
+echo "ok: resubmitted job staged and ran"
