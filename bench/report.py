@@ -11,7 +11,7 @@ import subprocess
 from collections import defaultdict
 
 METHODS = [
-    ("plugin", "stagehand, sbatch --stage-image (submit -> job script start)"),
+    ("plugin", "stagehand, sbatch --stage-image: job start (allocation, prolog starts) -> job script start (first step), from slurmctld's log and the script's clock"),
     ("plugin-agent", "stagehand, same runs: the agent's own staging time (slurmd log)"),
     ("chain", "stagehand-bcast --algorithm=chain (srun in the allocation)"),
     ("bcast", "stagehand-bcast --algorithm=bcast (MPI_Ibcast per segment)"),
@@ -142,7 +142,7 @@ def main():
         a_ = stats(size, "noop", n)
         b_ = stats(size, "nooption", n)
         md.append(f"## No-op at N={n}\n")
-        md.append("Submit -> job script start of a job whose nodes all hold a current copy "
+        md.append("Job start (allocation) -> job script start of a job whose nodes all hold a current copy "
                   "(`--stage-image`, nothing copied) against the same job without the option, "
                   "alternating.\n")
         md.append("| job | median s | min-max s | storage bytes | ok |")

@@ -18,9 +18,13 @@
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
 #
 #   bench/run.sh [--smoke] [--sizes "256 1024"] [--nodes "2 4 8"] [--reps 3]
-#                [--noop-reps 7] [--link RATE] [--storage RATE]
+#                [--noop-reps 7] [--baseline-reps N] [--link RATE] [--storage RATE]
 #                [--methods "plugin chain bcast sbcast cp noop"]
 #                [--no-build] [--keep] [--out DIR]
+#
+# --baseline-reps: repetitions of sbcast and cp, the slow baselines (default
+# --reps). A failed run (e.g. a crashed rank) is recorded as failed, not
+# repeated, and counts in the "ok" column.
 #
 # --smoke: CI variant (32 MiB, N=2, one repetition of plugin and chain, no
 # report files); exits non-zero when a broadcast fails or stagehand's storage
@@ -50,7 +54,7 @@ build_dir=${BENCH_BUILD_DIR:-build-bench}
 mc="$top/contrib/minicluster/minicluster"
 
 smoke=0 build=1 keep=0
-sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7
+sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
 link=500mbit storage=100mbps
 methods="plugin chain bcast sbcast cp noop"
 out="$top/bench/results"
@@ -61,6 +65,7 @@ while [ $# -gt 0 ]; do
         --nodes) nodes=${2:?}; shift 2 ;;
         --reps) reps=${2:?}; shift 2 ;;
         --noop-reps) noop_reps=${2:?}; shift 2 ;;
+        --baseline-reps) base_reps=${2:?}; shift 2 ;;
         --link) link=${2:?}; shift 2 ;;
         --storage) storage=${2:?}; shift 2 ;;
         --methods) methods=${2:?}; shift 2 ;;
@@ -76,7 +81,8 @@ if [ "$smoke" = 1 ]; then
     out=$(mktemp -d /tmp/stagehand-smoke.XXXXXX)
 fi
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: must run as root (minicluster)" >&2; exit 2; }
-for v in $sizes $nodes $reps $noop_reps; do
+base_reps=${base_reps:-$reps}
+for v in $sizes $nodes $reps $noop_reps $base_reps; do
     [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: '$v' is not a positive integer" >&2; exit 2; }
 done
 maxn=$(printf '%s\n' $nodes | sort -n | tail -1)
@@ -276,8 +282,11 @@ run_engine() { # size nodes rep alg src dst
     clean_dst
     s0=$(storage_rchar)
     t0=$(now)
-    as_user timeout 600 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 --mpi=pmix \
-        "$engine" --source "$src" --dest "$dst" --check=never --algorithm="$alg" --json \
+    # --kill-on-bad-exit: a rank that dies ends the step at once (Open MPI
+    # 4.1 has no fault tolerance; the survivors would wait for --timeout)
+    as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 --mpi=pmix \
+        --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
+        --algorithm="$alg" --timeout=$((60 + size / 4))s --json \
         >"$out/.engine.json" 2>"$out/.engine.err" || ok=0
     t1=$(now)
     s1=$(storage_rchar)
@@ -317,13 +326,33 @@ run_cp() { # size nodes rep src dst
     row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)"
 }
 
-# One batch job on n[1-N]: "date; srun true; date". With $5 set it asks for
-# staging. Prints "first job prolog ok" (seconds from submission).
+# Epoch seconds at which slurmctld started job $1 ("sched: Allocate" or
+# "backfill: Started", millisecond timestamps in its log), or "".
+job_start_time() {
+    local ts
+    ts=$(grep -aE "(sched: Allocate|Started) JobId=$1 " "$STATE/log/slurmctld.log" |
+        head -1 | sed -n 's/^\[\([0-9-]*\)T\([0-9:.]*\)\].*/\1 \2/p' || true)
+    if [ -n "$ts" ]; then date -d "$ts" +%s.%N; fi
+}
+
+# No job of an earlier measurement still completing (its epilog holds nodes).
+wait_settled() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        [ -z "$(squeue -h -t CG -o %i 2>/dev/null)" ] && return 0
+        sleep 0.1
+    done
+}
+
+# One batch job on n[1-N]: "date; srun true; date". With $4 = 1 it asks for
+# staging. Prints "first job prolog ok": seconds from the job's start (the
+# allocation, when the prolog starts) to the job script's start, i.e. the
+# first step, and to the end of its first srun step; the agent's staging time.
 batch_job() { # nodes src dst with_option(0/1)
     local n=$1 src=$2 dst=$3 opt=$4 id t0 st first job prolog ok=1 i
     local args=(-N"$n" -w "n[1-$n]" -t 30 -J bench-job -o "/tmp/bench-job-%j.out")
     [ "$opt" = 1 ] && args+=(--stage-image="$src:$dst")
-    t0=$(now)
+    wait_settled
     # shellcheck disable=SC2016
     id=$(as_user sbatch --parsable "${args[@]}" \
         --wrap 'date +%s.%N; srun -N'"$n"' --ntasks-per-node=1 true; date +%s.%N') || { echo "nan nan nan 0"; return; }
@@ -334,7 +363,8 @@ batch_job() { # nodes src dst with_option(0/1)
     done
     mapfile -t ts < <("$mc" exec n1 -- cat "/tmp/bench-job-$id.out" 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$')
     "$mc" exec n1 -- rm -f "/tmp/bench-job-$id.out"
-    if [ "${#ts[@]}" -ge 2 ]; then
+    t0=$(job_start_time "$id")
+    if [ "${#ts[@]}" -ge 2 ] && [ -n "$t0" ]; then
         first=$(sub "$t0" "${ts[0]}")
         job=$(sub "$t0" "${ts[1]}")
     else
@@ -343,7 +373,7 @@ batch_job() { # nodes src dst with_option(0/1)
     prolog=""
     if [ "$opt" = 1 ]; then
         prolog=$(grep -ah "stagehand: job $id user" "$STATE"/log/slurmd.n*.log 2>/dev/null |
-            sed -n 's/.* in \([0-9.]*\) s.*/\1/p; s/.*(\([0-9.]*\) s)$/\1/p' | sort -g | tail -1)
+            sed -n 's/.* in \([0-9.]*\) s.*/\1/p; s/.*(\([0-9.]*\) s)$/\1/p' | sort -g | tail -1 || true)
         grep -aq "stagehand: job $id user.*staging failed" "$STATE"/log/slurmd.n*.log 2>/dev/null && ok=0
     fi
     echo "$first $job ${prolog:-nan} $ok"
@@ -388,6 +418,7 @@ for size in $sizes; do
             if has plugin; then run_plugin "$size" "$n" "$rep" "$src" "$dst"; fi
             if has chain; then run_engine "$size" "$n" "$rep" chain "$src" "$dst"; fi
             if has bcast; then run_engine "$size" "$n" "$rep" bcast "$src" "$dst"; fi
+            [ "$rep" -le "$base_reps" ] || continue
             if has sbcast; then run_sbcast "$size" "$n" "$rep" "$src" "$dst"; fi
             if has cp; then run_cp "$size" "$n" "$rep" "$src" "$dst"; fi
         done

@@ -28,9 +28,11 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->port_range = 1000;
     cfg->fanout = 32;
     /* Not yet measured on this project's cluster (bench/ will tell). */
-    cfg->segment_size = 8ULL << 20;
-    cfg->pipeline_depth = 4;
+    /* measured: bench/results/segment-size.md (pipeline fill (N-1)*seg/B) */
+    cfg->segment_size = 1ULL << 20;
+    cfg->pipeline_depth = 8;
     cfg->timeout_ns = 600 * NS_PER_S;
+    cfg->stall_timeout_ns = 60 * NS_PER_S;
     cfg->check = SH_CHECK_META;
     cfg->hash = SH_HASH_XXH3;
     cfg->on_node_fault = SH_FAULT_FAIL;
@@ -262,6 +264,13 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
         return parse_bool(a, &cfg->verbose);
     case 17:
         return parse_bool(a, &cfg->allow_shared_dst);
+    case 18:
+        if (sh_parse_duration(a->val, &u) != 0)
+            return bad(a, errno, "expected a duration such as 60s (0: off)");
+        if (u != 0 && (u < NS_PER_S || u > 3600 * NS_PER_S))
+            return bad(a, ERANGE, "must be 0 (off) or between 1s and 1h");
+        cfg->stall_timeout_ns = u;
+        return 0;
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -272,7 +281,7 @@ static const char *const keys[] = {
     "allowed_dest", "default_dest", "key_file", "agent", "engine",
     "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
-    "verbose", "allow_shared_dst",
+    "verbose", "allow_shared_dst", "stall_timeout",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 

@@ -371,6 +371,7 @@ static void phase_transfer(struct run *r, MPI_Comm part)
     cfg.src_fd = r->is_reader ? r->src_fd : -1;
     cfg.pub = r->d.have_temp ? &sh_guard_pub : NULL;
     cfg.deadline_ns = sh_guard_deadline_ns;
+    cfg.stall_ns = r->o.stall_ns;
     cfg.progress = r->o.progress;
     if (sh_xfer_run(&cfg, &xr) != 0) {
         if (xr.timed_out)

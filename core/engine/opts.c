@@ -13,7 +13,7 @@
 enum {
     OPT_CHECK = 256, OPT_VERIFY, OPT_HASH, OPT_SEGMENT, OPT_DEPTH,
     OPT_ALGORITHM, OPT_TIMEOUT, OPT_PROGRESS, OPT_JSON, OPT_SOURCE_RANK,
-    OPT_EXPECT_RANKS,
+    OPT_EXPECT_RANKS, OPT_STALL_TIMEOUT,
 };
 
 static const struct option long_opts[] = {
@@ -28,6 +28,7 @@ static const struct option long_opts[] = {
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "source-rank", required_argument, NULL, OPT_SOURCE_RANK },
     { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
+    { "stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT },
     { "progress", no_argument, NULL, OPT_PROGRESS },
     { "json", no_argument, NULL, OPT_JSON },
     { "verbose", no_argument, NULL, 'v' },
@@ -65,13 +66,15 @@ void sh_bcast_usage(FILE *out)
 "                           or readback (also re-read DST before publishing)\n"
 "      --hash=ALGO          xxh3 (default, XXH3-128) or sha256\n"
 "      --segment-size=SIZE  bytes per pipeline segment, K/M/G units, <= 1G\n"
-"                           (default 8M)\n"
-"      --pipeline-depth=N   buffers in flight per rank, 1..64 (default 4)\n"
+"                           (default 1M)\n"
+"      --pipeline-depth=N   buffers in flight per rank, 1..64 (default 8)\n"
 "      --algorithm=ALG      chain (default: pipelined point-to-point ring) or\n"
 "                           bcast (one MPI_Ibcast per segment, for comparison)\n"
 "      --timeout=DURATION   overall deadline, e.g. 600, 90s, 10m (default 600s);\n"
 "                           on expiry temp files are removed and the job aborts\n"
 "      --source-rank=N      MPI rank that reads SRC (default 0)\n"
+"      --stall-timeout=DURATION  fail a transfer that moves no data for this\n"
+"                           long (default 60s; 0: off), naming the segment\n"
 "      --expect-ranks=N     refuse to run unless the MPI job has exactly N ranks\n"
 "                           (a launcher that wired up another job is an error)\n"
 "      --progress           show progress on stderr (a bar on a terminal)\n"
@@ -138,6 +141,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     o->depth = SH_BCAST_DEFAULT_DEPTH;
     o->algorithm = SH_ALG_CHAIN;
     o->timeout_ns = SH_BCAST_DEFAULT_TIMEOUT_NS;
+    o->stall_ns = SH_BCAST_DEFAULT_STALL_NS;
     o->source_rank = 0;
     err[0] = '\0';
 
@@ -207,6 +211,11 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                 return fail(err, errlen, "--source-rank=%s: expected a "
                             "non-negative integer", optarg);
             o->source_rank = (int)v;
+            break;
+        case OPT_STALL_TIMEOUT:
+            if (sh_parse_duration(optarg, &o->stall_ns) != 0)
+                return fail(err, errlen, "--stall-timeout=%s: expected a "
+                            "duration (e.g. 60s; 0 turns the check off)", optarg);
             break;
         case OPT_EXPECT_RANKS:
             if (parse_uint(optarg, (unsigned long)INT_MAX, &v) != 0 || v == 0)

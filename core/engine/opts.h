@@ -14,10 +14,12 @@
 enum sh_algorithm { SH_ALG_CHAIN = 0, SH_ALG_BCAST = 1 };
 enum sh_verify { SH_VERIFY_TRANSFER = 0, SH_VERIFY_READBACK = 1 };
 
-#define SH_BCAST_DEFAULT_SEGMENT (UINT64_C(8) << 20)    /* bytes */
-#define SH_BCAST_DEFAULT_DEPTH 4u
+#define SH_BCAST_DEFAULT_SEGMENT (UINT64_C(1) << 20)    /* bytes (bench/results) */
+#define SH_BCAST_DEFAULT_DEPTH 8u
 #define SH_BCAST_MAX_DEPTH 64u
 #define SH_BCAST_DEFAULT_TIMEOUT_NS (600ULL * 1000000000ULL)
+/* case F22: a broadcast that moves no byte for this long is an error. */
+#define SH_BCAST_DEFAULT_STALL_NS (60ULL * 1000000000ULL)
 
 struct sh_bcast_opts {
     char source[PATH_MAX];          /* absolute */
@@ -29,6 +31,7 @@ struct sh_bcast_opts {
     unsigned depth;                 /* buffers in the ring, 1..SH_BCAST_MAX_DEPTH */
     enum sh_algorithm algorithm;
     uint64_t timeout_ns;            /* overall deadline, > 0 */
+    uint64_t stall_ns;              /* transfer without progress this long fails, 0: off */
     int source_rank;                /* rank that reads SRC, >= 0 */
     int expect_ranks;               /* required world size, 0: any */
     int progress;

@@ -282,9 +282,30 @@ static void ring_set_avail(struct ring *r, uint64_t avail, int shrink)
 }
 
 static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res,
-                        uint64_t k, uint64_t nseg)
+                        uint64_t k, uint64_t nseg, uint64_t last_progress)
 {
-    if (sh_now_ns() < cfg->deadline_ns)
+    uint64_t now = sh_now_ns();
+
+    /* case F22: a peer that died or a link that stalls shows as a transfer
+     * that moves nothing; fail it long before the overall deadline. */
+    if (cfg->stall_ns > 0 && now - last_progress >= cfg->stall_ns) {
+        int up = -1, down = -1, rank = 0, size = 1;
+
+        MPI_Comm_rank(cfg->comm, &rank);
+        MPI_Comm_size(cfg->comm, &size);
+        if (rank > 0)
+            up = rank - 1;
+        if (rank + 1 < size)
+            down = rank + 1;
+        sh_msgf(res->msg, sizeof(res->msg),
+                 "no progress for %llu s at segment %llu of %llu (waiting on "
+                 "rank %d upstream / rank %d downstream; -1: none)",
+                 (unsigned long long)(cfg->stall_ns / 1000000000ULL),
+                 (unsigned long long)k, (unsigned long long)nseg, up, down);
+        res->timed_out = 1;
+        return 1;
+    }
+    if (now < cfg->deadline_ns)
         return 0;
     sh_msgf(res->msg, sizeof(res->msg),
              "transfer reached segment %llu of %llu",
@@ -306,6 +327,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
     uint64_t nd = 0;        /* MPI finished for [0, nd) */
     struct progress prog = { 0 };
     unsigned idle = 0;
+    uint64_t last_progress = sh_now_ns(), last_written = 0, last_avail = 0;
     int down, up, rc = 0;
 
     MPI_Comm_rank(cfg->comm, &rank);
@@ -428,7 +450,12 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
         if (arrived >= limit && nd >= limit && written >= limit &&
             (rank != 0 || avail >= limit))
             break;
-        if (deadline_hit(cfg, res, written < nd ? written : nd, s->nseg))
+        if (moved || written != last_written || avail != last_avail) {
+            last_progress = sh_now_ns();
+            last_written = written;
+            last_avail = avail;
+        }
+        if (deadline_hit(cfg, res, written < nd ? written : nd, s->nseg, last_progress))
             goto fail;
         if (moved)
             idle = 0;

@@ -23,6 +23,7 @@ struct sh_xfer_cfg {
     struct sh_publish *pub;     /* temp file to write, or NULL (reader whose
                                  * copy is current) */
     uint64_t deadline_ns;       /* CLOCK_MONOTONIC, absolute */
+    uint64_t stall_ns;          /* no progress for this long fails; 0: off */
     int progress;               /* reader: report progress on stderr */
 };
 

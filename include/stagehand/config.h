@@ -23,10 +23,11 @@
  * port_range      number of ports, >= 1, base+range-1       1000
  *                 <= 65535
  * fanout          control-tree fanout, 1..1024              32
- * segment_size    engine segment, bytes with unit           8M (not yet measured)
+ * segment_size    engine segment, bytes with unit           1M (measured:
  *                 (K/M/G, KiB/...), > 0 and <= 1 GiB
  *                 (case F09: "4G" is refused)
- * pipeline_depth  segments in flight per node, 1..64        4 (not yet measured)
+ * pipeline_depth  segments in flight per node, 1..64        8 bench/results/
+ *                                                           segment-size.md)
  * timeout         overall staging deadline, 1s..24h         600s
  *                 (s/ms/m/h; keep it below PrologEpilogTimeout)
  * check           meta | content | size | never             meta
@@ -38,6 +39,9 @@
  *                 submit)
  * verbose         yes | no (per-image summary in job        no
  *                 output by default)
+ * stall_timeout   a transfer that moves no data this long    60s
+ *                 fails, naming the segment (F22); 0 = off,
+ *                 else 1s..1h
  * allow_shared_dst yes | no (allow DST on a network         no
  *                 filesystem; case F01)
  *
@@ -73,6 +77,7 @@ struct sh_config {
     uint64_t segment_size;       /* bytes */
     unsigned pipeline_depth;
     uint64_t timeout_ns;
+    uint64_t stall_timeout_ns;   /* transfer without progress fails; 0: off */
     enum sh_check check;
     enum sh_hash_algo hash;
     enum sh_node_fault on_node_fault;

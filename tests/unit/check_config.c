@@ -45,9 +45,10 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.port_base, 7300);
     ck_assert_uint_eq(cfg.port_range, 1000);
     ck_assert_uint_eq(cfg.fanout, 32);
-    ck_assert_uint_eq(cfg.segment_size, 8ULL << 20);
-    ck_assert_uint_eq(cfg.pipeline_depth, 4);
+    ck_assert_uint_eq(cfg.segment_size, 1ULL << 20);
+    ck_assert_uint_eq(cfg.pipeline_depth, 8);
     ck_assert_uint_eq(cfg.timeout_ns, 600ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.stall_timeout_ns, 60ULL * 1000000000ULL);
     ck_assert_int_eq(cfg.check, SH_CHECK_META);
     ck_assert_int_eq(cfg.hash, SH_HASH_XXH3);
     ck_assert_int_eq(cfg.on_node_fault, SH_FAULT_FAIL);
@@ -74,6 +75,7 @@ START_TEST(every_key)
         "segment_size=64MiB",
         "pipeline_depth=8",
         "timeout=15m",
+        "stall_timeout=10s",
         "check=content",
         "hash=sha256",
         "mpi_env=/etc/stagehand/mpi.env",
@@ -101,6 +103,7 @@ START_TEST(every_key)
     ck_assert_uint_eq(cfg.segment_size, 64ULL << 20);
     ck_assert_uint_eq(cfg.pipeline_depth, 8);
     ck_assert_uint_eq(cfg.timeout_ns, 900ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.stall_timeout_ns, 10ULL * 1000000000ULL);
     ck_assert_int_eq(cfg.check, SH_CHECK_CONTENT);
     ck_assert_int_eq(cfg.hash, SH_HASH_SHA256);
     ck_assert_str_eq(cfg.mpi_env, "/etc/stagehand/mpi.env");
@@ -176,6 +179,10 @@ static const struct bad_case bad[] = {
     { "timeout=0", NULL, ERANGE, "timeout=0: must be between 1s and 24h" },
     { "timeout=25h", NULL, ERANGE, "timeout=25h" },
     { "timeout=10y", NULL, EINVAL, "timeout=10y: expected a duration" },
+    /* case F22 */
+    { "stall_timeout=500ms", NULL, ERANGE, "stall_timeout=500ms: must be 0 (off) or between 1s and 1h" },
+    { "stall_timeout=2h", NULL, ERANGE, "stall_timeout=2h" },
+    { "stall_timeout=x", NULL, EINVAL, "stall_timeout=x: expected a duration" },
     { "check=always", NULL, EINVAL, "check=always: expected meta, content" },
     { "hash=md5", NULL, EINVAL, "hash=md5: expected xxh3 or sha256" },
     { "on_node_fault=reboot", NULL, EINVAL, "on_node_fault=reboot" },
