@@ -159,6 +159,8 @@ def main():
 
     # targets
     big = max(sizes)
+    if not nodes:
+        nodes = [0]
     sbytes = big << 20
     tlim = sbytes / (lim_rate * 1e6)
     for m in STAGEHAND:

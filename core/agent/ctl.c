@@ -385,10 +385,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     struct sh_ctl *ctl;
     int64_t my_deadline;
     int64_t next_try;
-    /* First retry soon: prologs start within milliseconds of each other, a
-     * refused connect costs nothing, and every retry step adds to the
-     * no-op's job start (bench/results: 20 ms first step, ~90 ms no-op). */
-    int64_t backoff = 2 * SH_NS_PER_MS;
+    int64_t backoff = 20 * SH_NS_PER_MS;
     int last_err = ETIMEDOUT;
     uint64_t first_child;
 

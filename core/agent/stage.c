@@ -11,6 +11,7 @@
  * The outcome goes back to the plugin on the pipe (stagehand/agentio.h). */
 #include "config.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,6 +44,7 @@
 #include "stagehand/status.h"
 
 #define MAX_ARGS 64
+#define MAX_MPI_ENV 64
 #define MAX_INPUT_LINES 256
 /* Step id of a job-level (prolog) staging in the key derivation and the
  * port derivation; job steps use their own id. */
@@ -54,7 +57,12 @@
 /* Control-plane message tags. */
 enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
 
-enum vote { VOTE_CURRENT = 0, VOTE_NEED = 1, VOTE_ERROR = 2 };
+/* VOTE_SHARED: DST's directory is on a filesystem other nodes see too
+ * (F01/F02); with allow_shared_dst=yes node 0's copy serves them. */
+enum vote { VOTE_CURRENT = 0, VOTE_NEED = 1, VOTE_ERROR = 2, VOTE_SHARED = 3 };
+
+/* Tag of the barrier between creating and looking for shared-DST markers. */
+#define TAG_MARK 4
 
 struct agent_in {
     unsigned proto;
@@ -80,6 +88,8 @@ struct agent {
     uint32_t index;
     unsigned char kjob[SH_KEY_LEN];
     char rundir[128];       /* /run/stagehand/<jobid> */
+    char *mpi_env[MAX_MPI_ENV];   /* "KEY=VALUE" from the site's mpi_env file */
+    int n_mpi_env;
     int64_t deadline;
     struct sh_ctl *ctl;
     FILE *out;               /* the pipe to the plugin */
@@ -306,6 +316,78 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
     return 0;
 }
 
+/* Read the site's mpi_env file (plugstack mpi_env=; F22: transport and
+ * interface selection for the engine): "KEY=VALUE" lines, '#' comments and
+ * blank lines. Only OMPI_MCA_*, UCX_* and PMIX_MCA_* keys are accepted, so
+ * the file cannot change anything but the MPI stack. Read as root (an
+ * admin's file). Returns 0, or -1 with the reason in @err. */
+static int load_mpi_env(struct agent *a, char *err, size_t errlen)
+{
+    static const char *const prefixes[] = { "OMPI_MCA_", "UCX_", "PMIX_MCA_" };
+    char line[1024];
+    int lineno = 0;
+    FILE *f;
+
+    if (a->cfg.mpi_env[0] == '\0')
+        return 0;
+    f = fopen(a->cfg.mpi_env, "re");
+    if (f == NULL) {
+        snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s: %s",
+                 a->cfg.mpi_env, strerror(errno));
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *p = line, *eq;
+        size_t klen;
+        bool known = false;
+
+        lineno++;
+        line[strcspn(line, "\n")] = '\0';
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0' || *p == '#')
+            continue;
+        eq = strchr(p, '=');
+        klen = eq != NULL ? (size_t)(eq - p) : 0;
+        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+            known = known || (klen > strlen(prefixes[i]) &&
+                              strncmp(p, prefixes[i], strlen(prefixes[i])) == 0);
+        for (size_t i = 0; known && i < klen; i++)
+            known = (p[i] >= 'A' && p[i] <= 'Z') || (p[i] >= 'a' && p[i] <= 'z') ||
+                    (p[i] >= '0' && p[i] <= '9') || p[i] == '_';
+        for (const char *v = eq != NULL ? eq + 1 : ""; known && *v != '\0'; v++)
+            known = (unsigned char)*v >= 0x20 && *v != 0x7f;
+        if (!known || a->n_mpi_env >= MAX_MPI_ENV) {
+            snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s "
+                     "line %d: %s", a->cfg.mpi_env, lineno,
+                     a->n_mpi_env >= MAX_MPI_ENV ? "more than 64 settings"
+                     : "expected KEY=VALUE with an OMPI_MCA_, UCX_ or PMIX_MCA_ key");
+            fclose(f);
+            return -1;
+        }
+        a->mpi_env[a->n_mpi_env] = strdup(p);
+        if (a->mpi_env[a->n_mpi_env] == NULL) {
+            snprintf(err, errlen, "out of memory");
+            fclose(f);
+            return -1;
+        }
+        a->n_mpi_env++;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Is "KEY=" set by the site's mpi_env? */
+static bool mpi_env_has(const struct agent *a, const char *key)
+{
+    size_t len = strlen(key);
+
+    for (int i = 0; i < a->n_mpi_env; i++)
+        if (strncmp(a->mpi_env[i], key, len) == 0 && a->mpi_env[i][len] == '=')
+            return true;
+    return false;
+}
+
 static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;
@@ -346,6 +428,8 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
         }
     }
 
+    if (load_mpi_env(a, err, errlen) != 0)
+        return -1;
     if (sh_key_load_site(a->cfg.key_file, &site) != 0) {
         snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
         return -1;
@@ -508,6 +592,107 @@ static int check_dest_path(const struct agent *a, const char *dst, char *why,
     }
     close(fd);
     return rc;
+}
+
+/* Filesystems that are network or cluster filesystems: a DST there is the
+ * same file on every node (F01). Magic numbers from statfs(2). */
+static const char *shared_fs_name(long type)
+{
+    switch ((unsigned long)type) {
+    case 0x6969UL: return "NFS";
+    case 0x517BUL: return "SMB";
+    case 0xFF534D42UL: return "CIFS";
+    case 0xFE534D42UL: return "SMB2";
+    case 0x0BD00BD0UL: return "Lustre";
+    case 0x47504653UL: return "GPFS";
+    case 0x00C36400UL: return "CephFS";
+    case 0x19830326UL: return "BeeGFS";
+    case 0x01021997UL: return "9p";
+    case 0x5346414FUL: return "AFS";
+    case 0xAAD7AAEAUL: return "PanFS";
+    case 0x65735546UL: return "FUSE (e.g. sshfs)";
+    default: return NULL;
+    }
+}
+
+/* The deepest existing directory on the way to @dst (its parent, or an
+ * ancestor the engine will create the rest under), into @out. */
+static void nearest_dir(const char *dst, char *out, size_t len)
+{
+    struct stat sb;
+    char *slash;
+
+    snprintf(out, len, "%s", dst);
+    while ((slash = strrchr(out, '/')) != NULL) {
+        if (slash == out) {
+            out[1] = '\0';
+            return;
+        }
+        *slash = '\0';
+        if (lstat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return;
+    }
+}
+
+/* F02: a marker file per node in DST's directory, created before a barrier
+ * and looked for after it. statfs alone cannot tell that a bind-mounted
+ * local filesystem is shared; seeing another node's marker can. */
+static void marker_name(const struct agent *a, size_t img, const char *node,
+                        char *out, size_t len)
+{
+    snprintf(out, len, ".stagehand-marker.%" PRIu64 ".%" PRIu64 ".%zu.%.64s",
+             a->in.jobid, a->in.stepid, img, node);
+}
+
+static int marker_create(const struct agent *a, size_t img, const char *dir)
+{
+    char name[NAME_MAX + 1];
+    int dfd, fd;
+
+    marker_name(a, img, a->in.nodename, name, sizeof(name));
+    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    close(dfd);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static void marker_remove(const struct agent *a, size_t img, const char *dir)
+{
+    char path[PATH_MAX], name[NAME_MAX + 1];
+
+    marker_name(a, img, a->in.nodename, name, sizeof(name));
+    if (snprintf(path, sizeof(path), "%s/%s", dir, name) < (int)sizeof(path))
+        unlink(path);
+}
+
+/* Another node's marker for this image in @dir: its node name into @who. */
+static bool marker_foreign(const struct agent *a, size_t img, const char *dir,
+                           char *who, size_t wholen)
+{
+    char prefix[128], mine[NAME_MAX + 1];
+    struct dirent *de;
+    bool found = false;
+    DIR *d;
+
+    marker_name(a, img, "", prefix, sizeof(prefix));
+    marker_name(a, img, a->in.nodename, mine, sizeof(mine));
+    d = opendir(dir);
+    if (d == NULL)
+        return false;
+    while (!found && (de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0 &&
+            strcmp(de->d_name, mine) != 0) {
+            snprintf(who, wholen, "%s", de->d_name + strlen(prefix));
+            found = true;
+        }
+    }
+    closedir(d);
+    return found;
 }
 
 /* This node's vote for @dst given the source @id. Content checks are left to
@@ -683,11 +868,30 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
             "--stall-timeout", stall,
             NULL,
         };
-        const char *envp[] = {
-            env_jobid, env_jobid2, env_nodelist, env_step, env_tmp,
-            "OMPI_MCA_pml=ob1", "OMPI_MCA_btl=self,vader,tcp",
-            "OMPI_MCA_btl_base_warn_component_unused=0", NULL,
+        /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
+         * under a foreign PMIx server (measured-facts.md); the site's
+         * mpi_env settings come next; ob1 over TCP is the default where the
+         * site chose no transport. */
+        static const char *const dflt[][2] = {
+            { "OMPI_MCA_pml", "OMPI_MCA_pml=ob1" },
+            { "OMPI_MCA_btl", "OMPI_MCA_btl=self,vader,tcp" },
+            { "OMPI_MCA_btl_base_warn_component_unused",
+              "OMPI_MCA_btl_base_warn_component_unused=0" },
         };
+        const char *envp[5 + MAX_MPI_ENV + 3 + 1];
+        size_t ne = 0;
+
+        envp[ne++] = env_jobid;
+        envp[ne++] = env_jobid2;
+        envp[ne++] = env_nodelist;
+        envp[ne++] = env_step;
+        envp[ne++] = env_tmp;
+        for (int i = 0; i < a->n_mpi_env; i++)
+            envp[ne++] = a->mpi_env[i];
+        for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++)
+            if (!mpi_env_has(a, dflt[i][0]))
+                envp[ne++] = dflt[i][1];
+        envp[ne] = NULL;
         struct sh_pmix_cfg pc = {
             .ctl = sub,
             .nspace = (const char *)ns,
@@ -1014,6 +1218,11 @@ static void stage_image(struct agent *a, size_t img)
     uint32_t dlen = 0, plen = 0, npart = 0, mypos = UINT32_MAX;
     uint32_t *part = NULL;
     enum vote v;
+    char mdir[PATH_MAX];
+    const char *dir;
+    bool made;
+    char *planbuf = NULL;
+    int rc_plan;
     int64_t t0 = now_ns();
     bool outcome = false, leader_cause = false, source_fault = false, copied = false;
     int64_t engine_start;
@@ -1037,11 +1246,44 @@ static void stage_image(struct agent *a, size_t img)
     }
     free(data);
 
-    /* 2. every node votes. */
-    v = vote_for(a, dst, &id, why, sizeof(why));
+    /* 2. every node votes; first, is DST's directory shared between nodes
+     * (F01: a network filesystem; F02: another node's marker is visible)? */
+    {
+        struct sh_ctl_result mark;
+        struct statfs fs;
+        char who[256];
+        const char *fsname = NULL;
+
+        nearest_dir(dst, mdir, sizeof(mdir));
+        dir = mdir;
+        if (statfs(dir, &fs) == 0)
+            fsname = shared_fs_name((long)fs.f_type);
+        made = marker_create(a, img, dir) == 0;
+        memset(&mark, 0, sizeof(mark));
+        if (sh_ctl_allgather(a->ctl, TAG_MARK, "", 0, a->deadline, &mark) != 0) {
+            if (made)
+                marker_remove(a, img, dir);
+            set_failure(a, true, "lost the control plane (markers): %s", strerror(errno));
+            return;
+        }
+        sh_ctl_result_free(&mark);
+        who[0] = '\0';
+        if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
+            v = VOTE_SHARED;
+            if (fsname != NULL)
+                snprintf(why, sizeof(why), "%.180s is on a %s filesystem", dir, fsname);
+            else
+                snprintf(why, sizeof(why), "%.150s is shared with node %.40s (its "
+                         "marker file is visible here)", dir, who);
+        } else {
+            v = vote_for(a, dst, &id, why, sizeof(why));
+        }
+    }
     len = snprintf(buf, sizeof(buf), "%d %s", (int)v, why);
     memset(&votes, 0, sizeof(votes));
     if (sh_ctl_gather(a->ctl, TAG_VOTE, buf, (uint32_t)len, a->deadline, &votes) != 0) {
+        if (made)
+            marker_remove(a, img, dir);
         set_failure(a, true, "lost the control plane (votes): %s", strerror(errno));
         return;
     }
@@ -1057,13 +1299,28 @@ static void stage_image(struct agent *a, size_t img)
         for (uint32_t i = 0; i < votes.nnodes; i++) {
             const struct sh_ctl_entry *e = &votes.entry[i];
 
-            if (e->state == SH_CTL_OK && e->len > 2 && e->data[0] - '0' == VOTE_ERROR)
+            if (e->state == SH_CTL_OK && e->len > 2 &&
+                (e->data[0] - '0' == VOTE_ERROR ||
+                 (e->data[0] - '0' == VOTE_SHARED && !a->cfg.allow_shared_dst)))
                 reasons_add(&r, sh_ctl_name(a->ctl, i), (const char *)e->data + 2,
                             e->len - 2);
         }
         if (r.n > 0) {
+            bool shared = false;
+
+            for (uint32_t i = 0; i < votes.nnodes; i++)
+                shared = shared || (votes.entry[i].state == SH_CTL_OK &&
+                                    votes.entry[i].len > 0 &&
+                                    votes.entry[i].data[0] - '0' == VOTE_SHARED);
             memcpy(buf, "fail ", 5);
             len = (int)(5 + reasons_format(&r, buf + 5, sizeof(buf) - 5));
+            if (shared && (size_t)len < sizeof(buf) - 1)
+                len += snprintf(buf + len, sizeof(buf) - (size_t)len,
+                                " (a shared destination would be written by every node "
+                                "at once: stage to node-local storage; the site can set "
+                                "allow_shared_dst=yes)");
+            if (len >= (int)sizeof(buf))
+                len = (int)sizeof(buf) - 1;
         } else if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0) {
             /* No other node of a job's prolog ever came: most likely the
              * prolog runs on the batch node only (DESIGN.md §2 step 8). */
@@ -1074,41 +1331,67 @@ static void stage_image(struct agent *a, size_t img)
                                  "the job prolog runs on the batch node only)"
                                : "");
         } else {
-            size_t o = (size_t)snprintf(buf, sizeof(buf), "plan");
+            /* "plan i j ...": every participant's index (node 0 reads); the
+             * list grows with N, so it has a buffer of its own. With
+             * allow_shared_dst, a shared destination is node 0's copy. */
+            size_t cap = 16 + 11 * (size_t)votes.nnodes, o;
             uint32_t needs = 0;
 
-            for (uint32_t i = 0; i < votes.nnodes; i++) {
-                int vv = votes.entry[i].len > 0 ? votes.entry[i].data[0] - '0' : VOTE_NEED;
-                if (vv == VOTE_NEED)
-                    needs++;
-                if ((i == 0 || vv == VOTE_NEED) && o < sizeof(buf) - 12)
-                    o += (size_t)snprintf(buf + o, sizeof(buf) - o, " %u", i);
+            planbuf = malloc(cap);
+            if (planbuf == NULL) {
+                len = snprintf(buf, sizeof(buf), "fail out of memory on the leader");
+            } else {
+                o = (size_t)snprintf(planbuf, cap, "plan");
+                for (uint32_t i = 0; i < votes.nnodes; i++) {
+                    int vv = votes.entry[i].len > 0 ? votes.entry[i].data[0] - '0'
+                                                    : VOTE_NEED;
+                    if (vv == VOTE_NEED || (vv == VOTE_SHARED && i == 0))
+                        needs++;
+                    if (i == 0 || vv == VOTE_NEED)
+                        o += (size_t)snprintf(planbuf + o, cap - o, " %u", i);
+                }
+                if (needs == 0) {
+                    free(planbuf);
+                    planbuf = NULL;
+                    len = snprintf(buf, sizeof(buf), "noop");
+                } else {
+                    len = (int)o;
+                }
             }
-            if (needs == 0)
-                len = snprintf(buf, sizeof(buf), "noop");
-            else
-                len = (int)o;
         }
         sh_ctl_result_free(&votes);
     } else {
         len = 0;
     }
-    if (sh_ctl_bcast(a->ctl, buf, (uint32_t)len, &plan, &plen, a->deadline) != 0) {
+    rc_plan = sh_ctl_bcast(a->ctl, planbuf != NULL ? planbuf : buf, (uint32_t)len, &plan,
+                           &plen, a->deadline);
+    free(planbuf);
+    /* The root sends the plan only after every vote came in, so every node
+     * has looked for markers by now. */
+    if (made)
+        marker_remove(a, img, dir);
+    if (rc_plan != 0) {
         set_failure(a, true, "lost the control plane (plan): %s", strerror(errno));
         return;
     }
     {
-        char text[SH_STATUS_LINE_MAX];
-        size_t n = plen < sizeof(text) - 1 ? plen : sizeof(text) - 1;
+        char *text = malloc((size_t)plen + 1);
 
-        memcpy(text, plan, n);
-        text[n] = '\0';
+        if (text == NULL) {
+            free(plan);
+            set_failure(a, true, "out of memory");
+            return;
+        }
+        memcpy(text, plan, plen);
+        text[plen] = '\0';
         free(plan);
         if (strncmp(text, "fail ", 5) == 0) {
-            set_failure(a, false, "image %s: %s", dst, text + 5);
+            set_failure(a, false, "image %s: %.900s", dst, text + 5);
+            free(text);
             return;
         }
         if (strcmp(text, "noop") == 0) {
+            free(text);
             snprintf(buf, sizeof(buf), "%s: all %u nodes current, nothing copied (%.3f s)",
                      dst, a->nnodes, (double)(now_ns() - t0) / 1e9);
             sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, buf);
@@ -1117,6 +1400,7 @@ static void stage_image(struct agent *a, size_t img)
         }
         part = calloc(a->nnodes, sizeof(*part));
         if (part == NULL) {
+            free(text);
             set_failure(a, true, "out of memory");
             return;
         }
@@ -1128,6 +1412,7 @@ static void stage_image(struct agent *a, size_t img)
                 part[npart++] = (uint32_t)x;
             }
         }
+        free(text);
     }
 
     /* 4. participants run the engine; everyone then agrees on the result. */
@@ -1364,5 +1649,7 @@ done:
         sh_nodelist_free(a.names, a.nnodes);
     for (int i = 0; i < a.in.nargs; i++)
         free(a.in.args[i]);
+    for (int i = 0; i < a.n_mpi_env; i++)
+        free(a.mpi_env[i]);
     return a.failed ? 1 : 0;
 }

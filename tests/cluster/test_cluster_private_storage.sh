@@ -8,7 +8,7 @@ tag="private.$$"
 for n in $MINICLUSTER_NODES; do
     on_node_as_user "$n" sh -c "echo $n >/nvme/$tag && echo $n >/tmp/$tag" ||
         fail "cannot write /nvme or /tmp on $n as the test user"
-    on_node "$n" sh -c "echo $n >/run/$tag"
+    on_node "$n" sh -c "echo $n >/run/$tag && echo $n >/dev/shm/$tag"
 done
 for n in $MINICLUSTER_NODES; do
     for d in /nvme /tmp /run /dev/shm; do
