@@ -162,6 +162,19 @@ for t in tests/cluster/test_*.sh; do
     note_result "$name (${secs}s)" "$rc"
 done
 
+# Issue 7: the Debian package builds, installs and stages a file on the
+# cluster through the packaged plugin (then it is purged again).
+if [ -z "$only" ] || [[ package == *$only* ]]; then
+    echo "== Debian package"
+    if timeout -k 10 900 bash tests/package/test_package.sh --cluster >build-asan/package.out 2>&1; then
+        note_result "package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 0
+    else
+        grep -E '^(FAIL|not ok|bad)|failed' build-asan/package.out | tail -20 | sed 's/^/    /'
+        tail -5 build-asan/package.out | sed 's/^/    /'
+        note_result "package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 1
+    fi
+fi
+
 if [ "$keep" = 0 ]; then
     trap - EXIT
     "$MC" down >/dev/null 2>&1
