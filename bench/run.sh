@@ -119,6 +119,8 @@ cleanup() {
 }
 trap cleanup EXIT
 say "minicluster $MINICLUSTER_NAME: $maxn nodes, shared=sshfs at $MINICLUSTER_SHARED, net $MINICLUSTER_NET.0/24"
+# a fresh instance: slurmd loads the plugin (and decides about prologs) at start
+"$mc" down >/dev/null 2>&1 || true
 "$mc" up --nodes "$maxn" --shared sshfs --nvme-size "${nvme_mib}m" >/dev/null
 eval "$("$mc" env)"
 STATE=$MINICLUSTER_STATE

@@ -385,7 +385,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     struct sh_ctl *ctl;
     int64_t my_deadline;
     int64_t next_try;
-    int64_t backoff = 2 * SH_NS_PER_MS;
+    int64_t backoff = 20 * SH_NS_PER_MS;
     int last_err = ETIMEDOUT;
     uint64_t first_child;
 

@@ -1,5 +1,6 @@
 #include "config.h"
 #include "stagehand/hash.h"
+#include "stagehand/bytes.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -152,17 +153,6 @@ char *sh_hash_hex(const uint8_t *digest, size_t len, char *hex)
     return hex;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int sh_hash_unhex(const char *hex, uint8_t *digest, size_t len)
 {
     if (strlen(hex) != 2 * len) {
@@ -170,8 +160,8 @@ int sh_hash_unhex(const char *hex, uint8_t *digest, size_t len)
         return -1;
     }
     for (size_t i = 0; i < len; i++) {
-        int hi = hexval(hex[2 * i]);
-        int lo = hexval(hex[2 * i + 1]);
+        int hi = sh_hex_digit(hex[2 * i]);
+        int lo = sh_hex_digit(hex[2 * i + 1]);
 
         if (hi < 0 || lo < 0) {
             errno = EINVAL;

@@ -1,5 +1,6 @@
 #include "config.h"
 #include "stagehand/kv.h"
+#include "stagehand/bytes.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -44,17 +45,6 @@ int sh_kv_putf(FILE *f, const char *key, const char *fmt, ...)
     return sh_kv_put(f, key, value);
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int sh_kv_split(char *line, char **key, char **value)
 {
     size_t len = strlen(line);
@@ -74,7 +64,7 @@ int sh_kv_split(char *line, char **key, char **value)
     for (const char *r = eq + 1; *r != '\0'; r++) {
         if (*r == '\\') {
             int hi, lo;
-            if (r[1] != 'x' || (hi = hexval(r[2])) < 0 || (lo = hexval(r[3])) < 0) {
+            if (r[1] != 'x' || (hi = sh_hex_digit(r[2])) < 0 || (lo = sh_hex_digit(r[3])) < 0) {
                 errno = EPROTO;
                 return -1;
             }

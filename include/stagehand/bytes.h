@@ -1,6 +1,7 @@
-/* Big-endian (network order) encoding of fixed-width integers for the
- * control plane's wire formats (frames, handshake, key derivation, tree
- * messages). @p must point at enough bytes. */
+/* Byte-level helpers: big-endian (network order) encoding of fixed-width
+ * integers for the control plane's wire formats (frames, handshake, key
+ * derivation, tree messages; @p must point at enough bytes), and hex digits
+ * for the text formats. */
 #ifndef STAGEHAND_BYTES_H
 #define STAGEHAND_BYTES_H
 
@@ -39,6 +40,18 @@ static inline uint32_t sh_get_be32(const unsigned char *p)
 static inline uint64_t sh_get_be64(const unsigned char *p)
 {
     return (uint64_t)sh_get_be32(p) << 32 | sh_get_be32(p + 4);
+}
+
+/* Value of the hexadecimal digit @c (either case), or -1. */
+static inline int sh_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
 }
 
 #endif

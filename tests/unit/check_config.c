@@ -10,6 +10,8 @@
 
 #include "stagehand/config.h"
 
+#include "check_main.h"
+
 #define MAXARGS 8
 
 static int parse(struct sh_config *cfg, char *err, size_t errlen,
@@ -340,11 +342,5 @@ static Suite *config_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(config_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(config_suite());
 }

@@ -22,6 +22,8 @@
 #include "stagehand/handshake.h"
 #include "stagehand/log.h"
 
+#include "check_main.h"
+
 static void quiet(enum sh_log_level level, const char *line)
 {
     (void)level;
@@ -531,8 +533,6 @@ int main(void)
 {
     Suite *s = suite_create("ctl");
     TCase *tc = tcase_create("ctl");
-    SRunner *sr;
-    int failed;
 
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, setup, NULL);
@@ -551,9 +551,5 @@ int main(void)
     tcase_add_test(tc, tree_keyless_peer);
     tcase_add_test(tc, tree_port_taken);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

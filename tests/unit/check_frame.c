@@ -14,6 +14,8 @@
 #include "stagehand/frame.h"
 #include "stagehand/log.h"
 
+#include "check_main.h"
+
 static char last_line[2048];
 
 static void capture(enum sh_log_level level, const char *line)
@@ -253,8 +255,6 @@ int main(void)
 {
     Suite *s = suite_create("frame");
     TCase *tc = tcase_create("frame");
-    SRunner *sr;
-    int failed;
 
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, roundtrip);
@@ -264,9 +264,5 @@ int main(void)
     tcase_add_test(tc, stream);
     tcase_add_test(tc, stream_replay);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

@@ -11,6 +11,8 @@
 
 #include "stagehand/hash.h"
 
+#include "check_main.h"
+
 START_TEST(sha256_vector)
 {
     struct sh_hash *h = sh_hash_new(SH_HASH_SHA256);
@@ -98,17 +100,11 @@ int main(void)
 {
     Suite *s = suite_create("hash");
     TCase *tc = tcase_create("hash");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, sha256_vector);
     tcase_add_test(tc, xxh3_streaming_matches_oneshot);
     tcase_add_test(tc, names_and_hex);
     tcase_add_test(tc, hash_fd);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

@@ -11,6 +11,8 @@
 
 #include "stagehand/io.h"
 
+#include "check_main.h"
+
 /* Fake file of fake_size bytes whose content is (offset & 0xff). */
 static uint64_t fake_size;
 static size_t fake_max;         /* largest count one call returns */
@@ -212,8 +214,6 @@ int main(void)
 {
     Suite *s = suite_create("io");
     TCase *tc = tcase_create("io");
-    SRunner *sr;
-    int failed;
 
     tcase_add_checked_fixture(tc, setup, NULL);
     tcase_add_test(tc, read_short_and_eintr);
@@ -225,9 +225,5 @@ int main(void)
     tcase_add_test(tc, fsync_retries_eintr);
     tcase_add_test(tc, real_ops_roundtrip);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

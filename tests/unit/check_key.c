@@ -15,6 +15,8 @@
 #include "stagehand/key.h"
 #include "stagehand/log.h"
 
+#include "check_main.h"
+
 static char dir[64];
 
 static void quiet(enum sh_log_level level, const char *line)
@@ -200,8 +202,6 @@ int main(void)
 {
     Suite *s = suite_create("key");
     TCase *tc = tcase_create("key");
-    SRunner *sr;
-    int failed;
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, site_key_accepts_root_0600);
@@ -210,9 +210,5 @@ int main(void)
     tcase_add_test(tc, job_key_separates_inputs);
     tcase_add_test(tc, session_keys);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

@@ -15,6 +15,8 @@
 
 #include "stagehand/meta.h"
 
+#include "check_main.h"
+
 static void sample(struct sh_meta *m)
 {
     memset(m, 0, sizeof(*m));
@@ -277,8 +279,6 @@ int main(void)
     Suite *s = suite_create("meta");
     TCase *tc = tcase_create("record");
     TCase *tf = tcase_create("store");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, encode_decode_roundtrip);
     tcase_add_test(tc, encode_rejects);
@@ -289,9 +289,5 @@ int main(void)
     tcase_add_checked_fixture(tf, setup, teardown);
     tcase_add_test(tf, store_load_xattr_and_sidecar);
     suite_add_tcase(s, tf);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

@@ -7,6 +7,8 @@
 
 #include "core/engine/opts.h"
 
+#include "check_main.h"
+
 static struct sh_bcast_opts o;
 static char err[512];
 
@@ -134,8 +136,6 @@ int main(void)
 {
     Suite *s = suite_create("opts");
     TCase *tc = tcase_create("opts");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, every_option);
@@ -143,9 +143,5 @@ int main(void)
     tcase_add_test(tc, bad_values);
     tcase_add_test(tc, paths);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

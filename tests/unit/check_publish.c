@@ -18,6 +18,8 @@
 #include "stagehand/io.h"
 #include "stagehand/publish.h"
 
+#include "check_main.h"
+
 static char dir[64];
 static int dirfd_;
 static struct sh_io_ops ops;
@@ -448,8 +450,6 @@ int main(void)
 {
     Suite *s = suite_create("publish");
     TCase *tc = tcase_create("publish");
-    SRunner *sr;
-    int failed;
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, publish_ok);
@@ -468,9 +468,5 @@ int main(void)
     tcase_add_test(tc, signal_cleanup_unlinks);
     tcase_add_test(tc, publish_buffer_and_empty);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

@@ -9,6 +9,8 @@
 
 #include "core/engine/report.h"
 
+#include "check_main.h"
+
 static char *capture(void (*fn)(const struct sh_report *, FILE *),
                      const struct sh_report *r)
 {
@@ -112,16 +114,10 @@ int main(void)
 {
     Suite *s = suite_create("report");
     TCase *tc = tcase_create("report");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, json_escaping);
     tcase_add_test(tc, text_names_failures);
     tcase_add_test(tc, json_fields);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

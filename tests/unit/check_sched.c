@@ -9,6 +9,8 @@
 
 #include "stagehand/sched.h"
 
+#include "check_main.h"
+
 /* Walk the schedule: contiguous, each len in [1, seg], every count an int,
  * the last segment ends at size. Huge schedules are checked at both ends. */
 static void check_range(const struct sh_sched *s, uint64_t from, uint64_t to,
@@ -139,17 +141,11 @@ int main(void)
 {
     Suite *s = suite_create("sched");
     TCase *tc = tcase_create("sched");
-    SRunner *sr;
-    int failed;
 
     tcase_add_test(tc, sched_boundaries);
     tcase_add_test(tc, sched_exact_values);
     tcase_add_test(tc, sched_rejects);
     tcase_add_test(tc, seg_hdr_roundtrip);
     suite_add_tcase(s, tc);
-    sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(s);
 }

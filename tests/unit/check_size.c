@@ -7,6 +7,8 @@
 
 #include "stagehand/size.h"
 
+#include "check_main.h"
+
 START_TEST(size_units)
 {
     uint64_t v = 0;
@@ -71,11 +73,5 @@ static Suite *size_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(size_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(size_suite());
 }

@@ -10,6 +10,8 @@
 
 #include "stagehand/spec.h"
 
+#include "check_main.h"
+
 #define DEFDIR "/nvme/stage/alice"
 
 struct value_case {
@@ -474,11 +476,5 @@ static Suite *spec_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(spec_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return sh_check_run(spec_suite());
 }
