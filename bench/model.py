@@ -5,12 +5,13 @@ bench/run.sh result and extrapolated to large clusters.
   model.py [--csv bench/results/latest.csv] [--calib bench/results/latest.calib]
            [--segment BYTES]
 
-Chain (pipelined point-to-point, segment s, N nodes, bottleneck rate B):
-    T_chain = T0 + S/B + (N-1) * (s/B + a)
+Chain (pipelined point-to-point, segment s, N nodes, bottleneck rate B =
+min(link, read, write), link rate Bl):
+    T_chain = T0 + S/B + (N-1) * (s/Bl + a)
 Per-segment broadcast collective (binomial tree per segment, mpi-stage style):
-    T_binom = T0 + ceil(log2 N) * S/B
+    T_binom = T0 + max(ceil(log2 N) * S/Bl, S/B)
 Pipelined binary tree (each inner node sends every segment twice):
-    T_tree  = T0 + 2*S/B + 2*ceil(log2 N) * (s/B + a)
+    T_tree  = T0 + max(2*S/Bl, S/B) + 2*ceil(log2 N) * (s/Bl + a)
 Naive copy (every node reads the shared filesystem, storage rate Bs total):
     T_cp    = max(S/Bl, N*S/Bs)
 sbcast with N <= TreeWidth (50): the first node sends to every other node:
@@ -25,16 +26,21 @@ import statistics
 from collections import defaultdict
 
 
-def chain(S, N, B, s, T0, a):
-    return T0 + S / B + (N - 1) * (s / B + a)
+def chain(S, N, B, s, T0, a, Bl=None):
+    """B: steady-state rate (slowest of link, read, write); Bl: link rate,
+    which sets the per-hop store-and-forward time of one segment."""
+    Bl = Bl or B
+    return T0 + S / B + (N - 1) * (s / Bl + a)
 
 
-def binom(S, N, B, T0):
-    return T0 + math.ceil(math.log2(max(N, 2))) * S / B
+def binom(S, N, B, T0, Bl=None):
+    Bl = Bl or B
+    return T0 + max(math.ceil(math.log2(max(N, 2))) * S / Bl, S / B)
 
 
-def tree(S, N, B, s, T0, a):
-    return T0 + 2 * S / B + 2 * math.ceil(math.log2(max(N, 2))) * (s / B + a)
+def tree(S, N, B, s, T0, a, Bl=None):
+    Bl = Bl or B
+    return T0 + max(2 * S / Bl, S / B) + 2 * math.ceil(math.log2(max(N, 2))) * (s / Bl + a)
 
 
 def main():
@@ -87,18 +93,22 @@ def main():
             continue
         print(f"| {m} | {S} | {N} | {t:.2f} | {p:.2f} | {f} |")
 
-    print("\nPrediction, 16 GiB image, link-bound (B = link rate), per-hop latency 5 us:\n")
-    print("| link | N | segment | chain s | pipelined binary tree s | binomial per segment s | naive copy at 1 TB/s storage s |")
-    print("|---|---|---|---|---|---|---|")
+    print("\nPrediction, 16 GiB image, per-hop latency a = 5 us, start-up T0 not included. "
+          "Bn = the node's own bottleneck: the link, or 10 GB/s where one node's NVMe write "
+          "or one client's read of the shared filesystem is slower than the link:\n")
+    print("| link | Bn GB/s | N | segment | chain s | pipelined binary tree s | binomial per segment s | naive copy, 1 TB/s storage s |")
+    print("|---|---|---|---|---|---|---|---|")
     S = 16 * 2**30
     for gbps in (200, 400):
-        Bx = gbps * 1e9 / 8
-        for N in (1000, 10000):
-            for seg in (1 << 20, 8 << 20):
-                print(f"| {gbps} Gb/s | {N} | {seg >> 20} MiB | {chain(S, N, Bx, seg, 0, 5e-6):.2f} | "
-                      f"{tree(S, N, Bx, seg, 0, 5e-6):.2f} | {binom(S, N, Bx, 0):.2f} | "
-                      f"{max(S / Bx, N * S / 1e12):.1f} |")
-
+        Bl_x = gbps * 1e9 / 8
+        for Bn in (Bl_x, 10e9):
+            for N in (1000, 10000):
+                for seg in (1 << 20, 8 << 20):
+                    print(f"| {gbps} Gb/s | {Bn / 1e9:.0f} | {N} | {seg >> 20} MiB | "
+                          f"{chain(S, N, Bn, seg, 0, 5e-6, Bl_x):.2f} | "
+                          f"{tree(S, N, Bn, seg, 0, 5e-6, Bl_x):.2f} | "
+                          f"{binom(S, N, Bn, 0, Bl_x):.2f} | "
+                          f"{max(S / Bn, N * S / 1e12):.1f} |")
 
 if __name__ == "__main__":
     main()

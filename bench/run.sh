@@ -332,8 +332,9 @@ run_cp() { # size nodes rep src dst
 # "backfill: Started", millisecond timestamps in its log), or "".
 job_start_time() {
     local ts
+    # the newest line: job ids start again at 1 in a new instance, the log stays
     ts=$(grep -aE "(sched: Allocate|Started) JobId=$1 " "$STATE/log/slurmctld.log" |
-        head -1 | sed -n 's/^\[\([0-9-]*\)T\([0-9:.]*\)\].*/\1 \2/p' || true)
+        tail -1 | sed -n 's/^\[\([0-9-]*\)T\([0-9:.]*\)\].*/\1 \2/p' || true)
     if [ -n "$ts" ]; then date -d "$ts" +%s.%N; fi
 }
 
@@ -355,6 +356,9 @@ batch_job() { # nodes src dst with_option(0/1)
     local args=(-N"$n" -w "n[1-$n]" -t 30 -J bench-job -o "/tmp/bench-job-%j.out")
     [ "$opt" = 1 ] && args+=(--stage-image="$src:$dst")
     wait_settled
+    # the log outlives instances (job ids repeat): read only what this job adds
+    local log="$STATE/log/slurmd.n1.log" logoff
+    logoff=$(stat -c %s "$log" 2>/dev/null || echo 0)
     # shellcheck disable=SC2016
     id=$(as_user sbatch --parsable "${args[@]}" \
         --wrap 'date +%s.%N; srun -N'"$n"' --ntasks-per-node=1 true; date +%s.%N') || { echo "nan nan nan 0"; return; }
@@ -374,9 +378,9 @@ batch_job() { # nodes src dst with_option(0/1)
     fi
     prolog=""
     if [ "$opt" = 1 ]; then
-        prolog=$(grep -ah "stagehand: job $id user" "$STATE"/log/slurmd.n*.log 2>/dev/null |
+        prolog=$(tail -c +"$((logoff + 1))" "$log" | grep -a "stagehand: job $id user" |
             sed -n 's/.* in \([0-9.]*\) s.*/\1/p; s/.*(\([0-9.]*\) s)$/\1/p' | sort -g | tail -1 || true)
-        grep -aq "stagehand: job $id user.*staging failed" "$STATE"/log/slurmd.n*.log 2>/dev/null && ok=0
+        tail -c +"$((logoff + 1))" "$log" | grep -aq "stagehand: job $id user.*staging failed" && ok=0
     fi
     echo "$first $job ${prolog:-nan} $ok"
 }

@@ -16,6 +16,8 @@
 #include "stagehand/status.h"
 
 #define SUMMARY_SHOWN_ENV "STAGEHAND_SUMMARY_SHOWN"
+/* slurm.h's SLURM_BATCH_SCRIPT (the batch step's id); spank.h has no name. */
+#define SH_BATCH_STEP 0xfffffffbU
 
 static struct {
     bool asked;           /* the job asked for staging */
@@ -38,26 +40,36 @@ static bool job_asked(spank_t sp)
 
 static void export_images(spank_t sp, const struct sh_status *st)
 {
-    char name[64], list[8192];
-    size_t used = 0;
+    char name[64];
+    size_t total = 1, used = 0;
+    char *list;
 
     if (st->n_images == 0)
         return;
     spank_setenv(sp, "STAGEHAND_IMAGE", st->image[0], 1);
-    list[0] = '\0';
     for (size_t i = 0; i < st->n_images; i++) {
-        int n;
-
         snprintf(name, sizeof(name), "STAGEHAND_IMAGE_%zu", i);
         spank_setenv(sp, name, st->image[i], 1);
-        n = snprintf(list + used, sizeof(list) - used, "%s%s",
-                     i > 0 ? ":" : "", st->image[i]);
-        if (n > 0 && (size_t)n < sizeof(list) - used)
-            used += (size_t)n;
+        total += strlen(st->image[i]) + 1;
     }
     snprintf(name, sizeof(name), "%zu", st->n_images);
     spank_setenv(sp, "STAGEHAND_IMAGE_COUNT", name, 1);
+    /* ':'-separated like PATH; a DST with ':' in it is exact only in
+     * STAGEHAND_IMAGE_<i> (stagehand(8)). */
+    list = malloc(total);
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < st->n_images; i++) {
+        size_t len = strlen(st->image[i]);
+
+        if (i > 0)
+            list[used++] = ':';
+        memcpy(list + used, st->image[i], len);
+        used += len;
+    }
+    list[used] = '\0';
     spank_setenv(sp, "STAGEHAND_IMAGES", list, 1);
+    free(list);
 }
 
 int sh_remote_user_init(spank_t sp)
@@ -105,14 +117,16 @@ int sh_remote_user_init(spank_t sp)
         return 0;
     }
     export_images(sp, &remote.status);
-    /* The summary goes once into the job's output: in the batch step, or in
-     * the first step of a job without one (srun/salloc). */
+    /* The summary goes once into the job's output: in the batch step, in
+     * the first step of a job without one (srun/salloc), or in the step
+     * that staged images of its own. */
     if ((sh_plugin.verbose_opt || sh_plugin.config.verbose ||
          getenv("SPANK_" SH_VERBOSE_ENV) != NULL ||
          spank_getenv(sp, "SLURM_SPANK_" SH_VERBOSE_ENV, shown, sizeof(shown)) ==
              ESPANK_SUCCESS) &&
-        spank_getenv(sp, SUMMARY_SHOWN_ENV, shown, sizeof(shown)) ==
-            ESPANK_ENV_NOEXIST) {
+        (step_staged ||
+         (spank_getenv(sp, SUMMARY_SHOWN_ENV, shown, sizeof(shown)) == ESPANK_ENV_NOEXIST &&
+          (stepid == SH_BATCH_STEP || stepid == 0)))) {
         remote.show_summary = true;
         spank_setenv(sp, SUMMARY_SHOWN_ENV, "1", 1);
     }

@@ -221,6 +221,40 @@ static int check_source(const char *value, const char *src)
     return 0;
 }
 
+/* The staged paths in this command's own environment: salloc's shell (and
+ * sbatch's exported environment) sees STAGEHAND_IMAGE like the job's tasks
+ * do (remote.c sets them there from the status file). */
+static void export_planned(const struct sh_spec_set *set)
+{
+    size_t n = sh_spec_set_count(set), total = 1, used = 0;
+    char name[64], *list;
+
+    if (n == 0)
+        return;
+    setenv("STAGEHAND_IMAGE", sh_spec_set_dst(set, 0), 1);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "STAGEHAND_IMAGE_%zu", i);
+        setenv(name, sh_spec_set_dst(set, i), 1);
+        total += strlen(sh_spec_set_dst(set, i)) + 1;
+    }
+    snprintf(name, sizeof(name), "%zu", n);
+    setenv("STAGEHAND_IMAGE_COUNT", name, 1);
+    list = malloc(total);
+    if (list == NULL)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(sh_spec_set_dst(set, i));
+
+        if (i > 0)
+            list[used++] = ':';
+        memcpy(list + used, sh_spec_set_dst(set, i), len);
+        used += len;
+    }
+    list[used] = '\0';
+    setenv("STAGEHAND_IMAGES", list, 1);
+    free(list);
+}
+
 int sh_submit_post_opt(spank_t sp)
 {
     const struct sh_config *cfg = &sh_plugin.config;
@@ -274,6 +308,8 @@ int sh_submit_post_opt(spank_t sp)
                     "prolog: %s", spank_strerror(rc));
         return -1;
     }
+    if (spank_context() == S_CTX_ALLOCATOR)
+        export_planned(sh_plugin.specs);
     if (sh_plugin.verbose_opt) {
         rc = spank_job_control_setenv(sp, SH_VERBOSE_ENV, "1", 1);
         if (rc != ESPANK_SUCCESS) {

@@ -785,6 +785,41 @@ static int decode_src(const unsigned char *data, uint32_t len, const char *src,
     return 0;
 }
 
+/* Remove what this node's engine of this job left next to @dst when it was
+ * killed (SIGKILL leaves it no chance): ".<name>.stage.<jobid>.<node>.<pid>
+ * .tmp" (the engine's temp names, core/common/publish.c). Runs as the job
+ * user; never follows links (unlinkat on names read from the directory). */
+static void sweep_own_temps(const struct agent *a, const char *dst)
+{
+    char dir[PATH_MAX], prefix[NAME_MAX + 1];
+    const char *base = strrchr(dst, '/');
+    struct dirent *de;
+    size_t plen;
+    DIR *d;
+
+    if (base == NULL)
+        return;
+    snprintf(dir, sizeof(dir), "%.*s", (int)(base - dst), dst);
+    if (snprintf(prefix, sizeof(prefix), ".%s.stage.%" PRIu64 ".%s.", base + 1,
+                 a->in.jobid, a->in.nodename) >= (int)sizeof(prefix))
+        return;
+    plen = strlen(prefix);
+    d = opendir(dir[0] != '\0' ? dir : "/");
+    if (d == NULL)
+        return;
+    while ((de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+
+        if (len > plen + 4 && strncmp(de->d_name, prefix, plen) == 0 &&
+            strcmp(de->d_name + len - 4, ".tmp") == 0) {
+            if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+                sh_info("stage", "removed %s/%s left by this node's engine", dir,
+                        de->d_name);
+        }
+    }
+    closedir(d);
+}
+
 /* Run the engine for one image on the participants. @part lists node
  * indices (node 0 first); this node is @part[mypos]. */
 static int run_engine(struct agent *a, size_t img, const uint32_t *part,
@@ -1426,6 +1461,8 @@ static void stage_image(struct agent *a, size_t img)
         run_engine(a, img, part, npart, mypos, &outcome, err, sizeof(err)) != 0) {
         static char json[65536];
         char reason[SH_STATUS_LINE_MAX / 2];
+
+        sweep_own_temps(a, dst);
 
         reason[0] = '\0';
         if (engine_json(a, img, json, sizeof(json)) > 0)

@@ -428,9 +428,39 @@ int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
     char show[SHOW_MAX];
     size_t o = 0;
     const char *why = "";
+    const char *base = strrchr(dst, '/');
+    size_t blen;
 
+    /* Names stagehand itself uses next to a DST: a DST with one of them
+     * would be swept, locked or overwritten by another staging. */
+    base = base != NULL ? base + 1 : dst;
+    blen = strlen(base);
+    if (base[0] == '.' &&
+        ((blen > 5 && strstr(base, ".stage.") != NULL &&
+          strcmp(base + blen - 4, ".tmp") == 0) ||
+         (blen > 10 && strcmp(base + blen - 10, ".stagehand") == 0) ||
+         (blen > 5 && strcmp(base + blen - 5, ".lock") == 0) ||
+         strncmp(base, ".stagehand-marker.", 18) == 0)) {
+        sh_errf(err, errlen,
+                "destination '%s': names of the form .NAME.stage.*.tmp, "
+                ".NAME.lock, .NAME.stagehand and .stagehand-marker.* are "
+                "stagehand's own temporary, lock and metadata files; choose "
+                "another name", sh_spec_display(dst, show, sizeof(show)));
+        errno = EINVAL;
+        return -1;
+    }
     if (sh_config_allowed_root(cfg, dst) != NULL)
         return 0;
+    /* "/nvme" itself: the root is a directory, DST must be a file in it */
+    for (size_t i = 0; i < cfg->n_allowed_dest; i++) {
+        if (strcmp(dst, cfg->allowed_dest[i]) == 0) {
+            sh_errf(err, errlen, "destination '%s' is the allowed directory "
+                    "itself: give a file name inside it, e.g. %s/image.sqsh",
+                    sh_spec_display(dst, show, sizeof(show)), cfg->allowed_dest[i]);
+            errno = EACCES;
+            return -1;
+        }
+    }
     roots[0] = '\0';
     for (size_t i = 0; i < cfg->n_allowed_dest && o < sizeof(roots); i++)
         o += (size_t)snprintf(roots + o, sizeof(roots) - o, "%s%s",

@@ -1,6 +1,10 @@
 #include "config.h"
 #include "stagehand/status.h"
 #include "stagehand/kv.h"
+#include "stagehand/spec.h"
+
+_Static_assert(SH_STATUS_MAX_IMAGES >= SH_SPEC_MAX_IMAGES,
+               "the status file must hold every image of a spec");
 
 #include <errno.h>
 #include <fcntl.h>
@@ -146,7 +150,7 @@ proto:
 void sh_status_add_image(struct sh_status *st, const char *dst)
 {
     if (st->n_images < SH_STATUS_MAX_IMAGES)
-        snprintf(st->image[st->n_images++], SH_STATUS_LINE_MAX, "%s", dst);
+        snprintf(st->image[st->n_images++], PATH_MAX, "%s", dst);
 }
 
 void sh_status_add_summary(struct sh_status *st, const char *line)

@@ -79,6 +79,26 @@ static void on_alarm(int sig)
     _exit(SH_EXIT_TIMEOUT);
 }
 
+/* Progress seen (or a guarded MPI wait begins): while a stall limit is set,
+ * move the SIGALRM backstop to "now + stall + 2 s" (never past the deadline
+ * backstop), so an engine stuck inside a blocking MPI call after a peer died
+ * still removes its temp file and leaves (case F22). Called at most about
+ * once a second. */
+void sh_guard_touch(void)
+{
+    static uint64_t last;
+    uint64_t now = sh_now_ns(), dl, next;
+
+    if (sh_guard_stall_ns == 0 || now - last < 1000000000ULL)
+        return;
+    last = now;
+    dl = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
+    next = now + sh_guard_stall_ns + 2000000000ULL;
+    if (next > dl)
+        next = dl;
+    alarm(next > now ? (unsigned)((next - now + 999999999ULL) / 1000000000ULL) : 1u);
+}
+
 void sh_guard_start_watchdog(int rank)
 {
     struct sigaction sa;
@@ -88,8 +108,9 @@ void sh_guard_start_watchdog(int rank)
     int n;
 
     n = snprintf(alarm_msg, sizeof(alarm_msg), "stagehand-bcast job=%s "
-                 "node=%s rank=%d [timeout] error: deadline (--timeout) passed "
-                 "and the engine is stuck; temp file removed, exiting\n",
+                 "node=%s rank=%d [timeout] error: the deadline (--timeout) or "
+                 "the stall limit (--stall-timeout) passed while the engine was "
+                 "stuck in MPI; temp file removed, exiting\n",
                  sh_guard_jobid, sh_guard_host, rank);
     alarm_len = n > 0 && (size_t)n < sizeof(alarm_msg) ? (size_t)n : 0;
     memset(&sa, 0, sizeof(sa));
@@ -140,10 +161,14 @@ void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)
 
 /* ---- MPI helpers: non-blocking + polling, so the deadline always fires -- */
 
+uint64_t sh_guard_stall_ns;
+
 void sh_guard_wait(MPI_Request *req, const char *phase, const char *what)
 {
+    uint64_t start = sh_now_ns();
     unsigned idle = 0;
 
+    sh_guard_touch();
     for (;;) {
         int flag = 0;
         int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
@@ -154,6 +179,14 @@ void sh_guard_wait(MPI_Request *req, const char *phase, const char *what)
             return;
         if (sh_now_ns() >= sh_guard_deadline_ns)
             sh_guard_deadline_abort(phase, what);
+        if (sh_guard_stall_ns > 0 && sh_now_ns() - start >= sh_guard_stall_ns) {
+            char detail[160];
+
+            snprintf(detail, sizeof(detail), "%s made no progress for %llu s "
+                     "(--stall-timeout): a peer rank is gone or stalled", what,
+                     (unsigned long long)(sh_guard_stall_ns / 1000000000ULL));
+            sh_guard_deadline_abort(phase, detail);
+        }
         if (++idle > 200) {
             struct timespec ts = { 0, 200000 };
 

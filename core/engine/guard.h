@@ -19,6 +19,12 @@ extern struct sh_publish sh_guard_pub;
 extern volatile sig_atomic_t sh_guard_done;    /* set before MPI_Finalize */
 extern volatile sig_atomic_t sh_guard_exit_code; /* valid once done is set */
 extern uint64_t sh_guard_deadline_ns;          /* CLOCK_MONOTONIC, absolute */
+/* From the transfer on, one MPI wait that lasts this long means a peer is
+ * gone (case F22); 0: only the deadline applies (e.g. while ranks may wait
+ * for another job's DST lock). */
+extern uint64_t sh_guard_stall_ns;
+/* Progress seen: re-arm the stall backstop (see guard.c). */
+void sh_guard_touch(void);
 extern char sh_guard_host[64];                 /* short host name */
 extern char sh_guard_jobid[64];                /* SLURM_JOB_ID or "nojob" */
 

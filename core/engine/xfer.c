@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "guard.h"
 #include "report.h"
 #include "stagehand/io.h"
 #include "stagehand/log.h"
@@ -454,6 +455,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
             last_progress = sh_now_ns();
             last_written = written;
             last_avail = avail;
+            sh_guard_touch();
         }
         if (deadline_hit(cfg, res, written < nd ? written : nd, s->nseg, last_progress))
             goto fail;

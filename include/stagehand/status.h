@@ -15,12 +15,15 @@
 #ifndef STAGEHAND_STATUS_H
 #define STAGEHAND_STATUS_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 #define SH_STATUS_VERSION 1
-#define SH_STATUS_MAX_IMAGES 32
-#define SH_STATUS_LINE_MAX 1024
+/* Every image a spec may hold (SH_SPEC_MAX_IMAGES), every path a spec may
+ * hold (PATH_MAX), and room for a message or summary that names one. */
+#define SH_STATUS_MAX_IMAGES 64
+#define SH_STATUS_LINE_MAX (PATH_MAX + 1024)
 #define SH_RUNTIME_DIR "/run/stagehand"
 
 struct sh_status {
@@ -28,7 +31,7 @@ struct sh_status {
     char node[256];
     char message[SH_STATUS_LINE_MAX];
     size_t n_images;
-    char image[SH_STATUS_MAX_IMAGES][SH_STATUS_LINE_MAX];
+    char image[SH_STATUS_MAX_IMAGES][PATH_MAX];
     size_t n_summaries;
     char summary[SH_STATUS_MAX_IMAGES][SH_STATUS_LINE_MAX];
 };

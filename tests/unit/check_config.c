@@ -283,6 +283,20 @@ START_TEST(dest_policy)
                                       "directory this cluster allows for "
                                       "staging (/nvme, /scratch/local)"));
     ck_assert_ptr_null(strstr(err, "/tmp"));
+    /* the allowed directory itself is not a destination file */
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme", err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "is the allowed directory itself"));
+    /* stagehand's own file names next to a DST are refused */
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/p/.x.stage.1.n1.1.tmp", err,
+                                          sizeof(err)), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_ptr_nonnull(strstr(err, "stagehand's own temporary"));
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/p/.x.lock", err, sizeof(err)), -1);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/p/.x.stagehand", err, sizeof(err)), -1);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/p/.stagehand-marker.1.2.0.n1", err,
+                                          sizeof(err)), -1);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/p/.hidden.sqsh", err, sizeof(err)), 0);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/p/x.stage.tmp", err, sizeof(err)), 0);
     /* case F23: /tmp and /dev/shm may be per-job namespaces */
     ck_assert_int_eq(sh_config_check_dest(&cfg, "/tmp/img.sqsh", err,
                                           sizeof(err)), -1);
