@@ -67,20 +67,27 @@ def main():
             runs[(int(r["size_bytes"]), r["method"], int(r["nodes"]))].append(float(r["seconds"]))
     med = {k: statistics.median(v) for k, v in runs.items()}
 
-    # fit T0 for the chain: mean of (measured - S/B - (N-1) s/B) over the points
-    pts = [(S, N, t) for (S, m, N), t in med.items() if m == "chain"]
+    # fit start-up T0 and the chain's effective rate Be by least squares:
+    # t - (N-1) s/Bl = T0 + S/Be
+    pts = [((S << 20), N, t) for (S, m, N), t in med.items() if m == "chain"]
+    T0, Be = 0.0, B
+    if len(pts) >= 2 and len({p[0] for p in pts}) >= 2:
+        xs = [p[0] for p in pts]
+        ys = [t - (N - 1) * s / Bl for _, N, t in pts]
+        mx, my = statistics.mean(xs), statistics.mean(ys)
+        k = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+        Be, T0 = 1 / k, my - k * mx
     if a.t0 is not None:
         T0 = a.t0
-    else:
-        T0 = statistics.mean(t - (S << 20) / B - (N - 1) * s / B for S, N, t in pts) if pts else 0.0
     print(f"B = min(link {Bl / 1e6:.1f}, storage {Bs / 1e6:.1f}, write) = {B / 1e6:.1f} MB/s; "
-          f"segment {s / 1048576:g} MiB; fitted start-up T0 = {T0:.2f} s (chain)\n")
+          f"segment {s / 1048576:g} MiB; chain fit: start-up T0 = {T0:.2f} s, effective "
+          f"rate Be = {Be / 1e6:.1f} MB/s ({100 * Be / B:.0f}% of B)\n")
     print("| method | S MiB | N | measured s | model s | model |")
     print("|---|---|---|---|---|---|")
     for (S, m, N), t in sorted(med.items(), key=lambda x: (x[0][0], x[0][1], x[0][2])):
         Sb = S << 20
         if m == "chain":
-            p, f = chain(Sb, N, B, s, T0, 0.0), "T0 + S/B + (N-1)s/B"
+            p, f = chain(Sb, N, Be, s, T0, 0.0, Bl), "T0 + S/Be + (N-1)s/Bl (fitted)"
         elif m == "plugin":
             continue
         elif m == "cp":
@@ -88,7 +95,7 @@ def main():
         elif m == "sbcast":
             p, f = (N - 1) * Sb / Bl, "(N-1) S/Bl"
         elif m == "bcast":
-            p, f = binom(Sb, N, B, T0), "T0 + ceil(log2 N) S/B"
+            p, f = binom(Sb, N, B, T0, Bl), "T0 + max(ceil(log2 N) S/Bl, S/B)"
         else:
             continue
         print(f"| {m} | {S} | {N} | {t:.2f} | {p:.2f} | {f} |")

@@ -200,6 +200,16 @@ def main():
                             sb_txt.append(f"{m} {size}M N={n}: {r:.3f}")
     targets.append(("storage bytes = 1.00 x S for stagehand (plugin, chain) in every run",
                     sb_ok, "all runs 1.00" if sb_ok else "; ".join(sb_txt)))
+    fails = [r for r in rows if r["ok"] != "1"]
+    if fails:
+        md.append("## Failed runs\n")
+        md.append(f"{len(fails)} of {len(rows)} runs failed and are left out of the medians: "
+                  + ", ".join(f"{r['method']} {r['size_bytes']} MiB N={r['nodes']} rep {r['rep']}"
+                              for r in fails)
+                  + ". Each failure was a rank that died at start-up; the ones inspected with core dumps died with SIGSEGV inside "
+                  "MPI_Init_thread (Open MPI 4.1.4 ob1/tcp: a peer's fragment arrives while the "
+                  "rank still waits in its modex fence, and the TCP BTL calls a receive "
+                  "callback that is not registered yet); the other ranks are stopped at once.\n")
     md.append("## Targets (issue 5)\n")
     md.append("| target | met | measured |")
     md.append("|---|---|---|")

@@ -113,6 +113,7 @@ cleanup() {
     local rc=$?
     set +e
     if [ -n "${STATE:-}" ]; then rm -f "$STATE"/export/bench-*.img; fi
+    if [ -n "${scratch:-}" ]; then rm -rf "$scratch"; fi
     if [ -n "${alloc:-}" ]; then scancel "$alloc" 2>/dev/null; fi
     if [ "$keep" = 0 ]; then "$mc" down >/dev/null 2>&1; fi
     exit $rc
@@ -172,6 +173,7 @@ dst_ok() {
 
 csv="$out/latest.csv"
 mkdir -p "$out"
+scratch=$(mktemp -d /tmp/stagehand-bench.XXXXXX)   # per-run outputs of the tools
 echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1" >"$csv.tmp"
 row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
 
@@ -289,14 +291,14 @@ run_engine() { # size nodes rep alg src dst
     as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 --mpi=pmix \
         --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
         --algorithm="$alg" --timeout=$((60 + size / 4))s --json \
-        >"$out/.engine.json" 2>"$out/.engine.err" || ok=0
+        >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
     t1=$(now)
     s1=$(storage_rchar)
     if [ "$ok" = 1 ]; then
-        eng=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds"]["total"] if d["status"]=="ok" and d["nodes_copied"]==d["nodes"] else "")' "$out/.engine.json" 2>/dev/null || true)
+        eng=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds"]["total"] if d["status"]=="ok" and d["nodes_copied"]==d["nodes"] else "")' "$scratch/engine.json" 2>/dev/null || true)
         [ -n "$eng" ] || ok=0
     fi
-    [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$out/.engine.err" | tr '\n' ' ')"; }
+    [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
     row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)"
 }
 
@@ -306,11 +308,11 @@ run_sbcast() { # size nodes rep src dst
     s0=$(storage_rchar)
     t0=$(now)
     as_user timeout 900 srun --jobid="$alloc" -N1 -n1 -w n1 sbcast -f "$src" "$dst" \
-        2>"$out/.sbcast.err" || ok=0
+        2>"$scratch/sbcast.err" || ok=0
     t1=$(now)
     s1=$(storage_rchar)
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
-    [ "$ok" = 1 ] || say "sbcast N=$n failed: $(tail -3 "$out/.sbcast.err" | tr '\n' ' ')"
+    [ "$ok" = 1 ] || say "sbcast N=$n failed: $(tail -3 "$scratch/sbcast.err" | tr '\n' ' ')"
     row "$size" sbcast "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)"
 }
 
@@ -320,11 +322,11 @@ run_cp() { # size nodes rep src dst
     s0=$(storage_rchar)
     t0=$(now)
     as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 cp "$src" "$dst" \
-        2>"$out/.cp.err" || ok=0
+        2>"$scratch/cp.err" || ok=0
     t1=$(now)
     s1=$(storage_rchar)
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
-    [ "$ok" = 1 ] || say "cp N=$n failed: $(tail -3 "$out/.cp.err" | tr '\n' ' ')"
+    [ "$ok" = 1 ] || say "cp N=$n failed: $(tail -3 "$scratch/cp.err" | tr '\n' ' ')"
     row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)"
 }
 
