@@ -29,10 +29,10 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->fanout = 32;
     /* Not yet measured on this project's cluster (bench/ will tell). */
     /* measured: bench/results/segment-size.md (pipeline fill (N-1)*seg/B) */
-    cfg->segment_size = 1ULL << 20;
-    cfg->pipeline_depth = 8;
+    cfg->segment_size = SH_DEFAULT_SEGMENT_SIZE;
+    cfg->pipeline_depth = SH_DEFAULT_PIPELINE_DEPTH;
     cfg->timeout_ns = 600 * NS_PER_S;
-    cfg->stall_timeout_ns = 60 * NS_PER_S;
+    cfg->stall_timeout_ns = SH_DEFAULT_STALL_NS;
     cfg->check = SH_CHECK_META;
     cfg->hash = SH_HASH_XXH3;
     cfg->on_node_fault = SH_FAULT_FAIL;

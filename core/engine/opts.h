@@ -14,12 +14,12 @@
 enum sh_algorithm { SH_ALG_CHAIN = 0, SH_ALG_BCAST = 1 };
 enum sh_verify { SH_VERIFY_TRANSFER = 0, SH_VERIFY_READBACK = 1 };
 
-#define SH_BCAST_DEFAULT_SEGMENT (UINT64_C(1) << 20)    /* bytes (bench/results) */
-#define SH_BCAST_DEFAULT_DEPTH 8u
+#define SH_BCAST_DEFAULT_SEGMENT SH_DEFAULT_SEGMENT_SIZE
+#define SH_BCAST_DEFAULT_DEPTH SH_DEFAULT_PIPELINE_DEPTH
 #define SH_BCAST_MAX_DEPTH 64u
 #define SH_BCAST_DEFAULT_TIMEOUT_NS (600ULL * 1000000000ULL)
 /* case F22: a broadcast that moves no byte for this long is an error. */
-#define SH_BCAST_DEFAULT_STALL_NS (60ULL * 1000000000ULL)
+#define SH_BCAST_DEFAULT_STALL_NS SH_DEFAULT_STALL_NS
 
 struct sh_bcast_opts {
     char source[PATH_MAX];          /* absolute */

@@ -3,6 +3,8 @@
 #ifndef STAGEHAND_MODES_H
 #define STAGEHAND_MODES_H
 
+#include <stdint.h>
+
 /* Skip checks (--check, plugstack check=). */
 enum sh_check {
     SH_CHECK_META = 0,  /* trust the record written after a verified publish (default) */
@@ -14,6 +16,12 @@ enum sh_check {
 /* Content digests (--hash, plugstack hash=). The values are stored in
  * metadata records: never renumber. */
 enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
+
+/* Data-path defaults shared by the engine's command line and the plugstack
+ * configuration (measured: bench/results/segment-size.md). */
+#define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 20)   /* bytes */
+#define SH_DEFAULT_PIPELINE_DEPTH 8u                  /* segments per rank */
+#define SH_DEFAULT_STALL_NS (UINT64_C(60) * 1000000000u) /* ns, case F22 */
 
 /* "meta", "content", "size", "never" <-> enum. Parse returns 0 or -1 with
  * errno = EINVAL; name returns NULL for an unknown value. */
