@@ -109,3 +109,9 @@ log_offset() {
 node_md5() {
     on_node "$1" sh -c "md5sum '$2' 2>/dev/null | cut -d' ' -f1"
 }
+
+# Make a user-owned source of @2 MiB at @1 that takes seconds to stage:
+# mostly a hole (cheap to create) with 1 MiB of random data at its start.
+make_slow_source() {
+    as_user sh -c "truncate -s $2M '$1' && head -c 1048576 /dev/urandom | dd of='$1' conv=notrunc status=none"
+}

@@ -33,7 +33,7 @@ cleanup() {
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
-as_user sh -c "truncate -s 384M '$src' && head -c 1048576 /dev/urandom | dd of='$src' conv=notrunc status=none" ||
+make_slow_source "$src" 384 ||
     fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 
