@@ -137,6 +137,8 @@ static void parse_output_line(char *line, struct agent_result *res)
         sh_status_add_summary(&res->status, value);
     } else if (strcmp(key, SH_AGENT_OUT_LOG) == 0) {
         slurm_info("%s", value);
+    } else if (strcmp(key, SH_AGENT_OUT_DEBUG) == 0) {
+        slurm_debug("%s", value);
     }
 }
 

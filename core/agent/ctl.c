@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -238,41 +239,68 @@ static int is_self_connection(const struct sh_ctl *ctl, int fd)
     return 0;
 }
 
-/* One round over the probed ports of the parent. 0 when connected. */
-static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, int *last_err)
+/* Copy of a resolved address with its port replaced (host byte order). */
+static void with_port(const struct addrinfo *a, uint16_t port,
+                      struct sockaddr_storage *ss, struct addrinfo *out)
+{
+    *out = *a;
+    memcpy(ss, a->ai_addr, a->ai_addrlen);
+    if (a->ai_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons(port);
+    else if (a->ai_family == AF_INET6)
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+    out->ai_addr = (struct sockaddr *)ss;
+    out->ai_next = NULL;
+}
+
+/* One round over the probed ports of the parent. 0 when connected. The
+ * parent's name is resolved once per round: a refused port costs one round
+ * trip, not another walk through the resolver. With @quick the round ends at
+ * the first refused port: the parent binds the first free port of the
+ * sequence, so a refusal almost always means it is not listening yet. Only a
+ * port that was bound without listening when the parent started hides the
+ * later ones, which the full rounds after SH_CTL_QUICK_PROBE_NS cover. */
+static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, bool quick, int *last_err)
 {
     uint32_t p = sh_ctl_parent_of(ctl->index, ctl->k);
     const char *host = ctl->addrs != NULL ? ctl->addrs[p] : ctl->names[p];
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_NUMERICSERV };
     struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index };
+    struct addrinfo *ai = NULL;
     char peer[96];
+    int rc;
 
     snprintf(peer, sizeof(peer), "%s(%u)", ctl->names[p], p);
+    rc = getaddrinfo(host, "0", &hints, &ai);
+    if (rc != 0) {
+        sh_warn("ctl", "cannot resolve parent node %s: %s", host, gai_strerror(rc));
+        *last_err = EHOSTUNREACH;
+        return -1;
+    }
     for (uint32_t step = 0; step < ctl->port_probe; step++) {
         uint16_t port = probe_port(ctl, step);
-        struct addrinfo *ai = NULL;
-        char service[8];
-        int rc;
 
         if (sh_now_ns() >= deadline_ns)
             break;
-        snprintf(service, sizeof(service), "%u", port);
-        rc = getaddrinfo(host, service, &hints, &ai);
-        if (rc != 0) {
-            sh_warn("ctl", "cannot resolve parent node %s: %s", host, gai_strerror(rc));
-            *last_err = EHOSTUNREACH;
-            return -1;
-        }
-        for (struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
+        for (const struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
             int64_t hs_deadline = sh_now_ns() + ctl->hs_timeout;
+            struct sockaddr_storage ss;
+            struct addrinfo one;
             int fd;
 
+            if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+                continue;
             if (hs_deadline > deadline_ns)
                 hs_deadline = deadline_ns;
-            fd = connect_bounded(a, hs_deadline);
+            with_port(a, port, &ss, &one);
+            fd = connect_bounded(&one, hs_deadline);
             if (fd < 0) {
                 *last_err = errno;
+                if (quick && errno == ECONNREFUSED) {
+                    freeaddrinfo(ai);
+                    return -1;
+                }
                 continue;
             }
             if (is_self_connection(ctl, fd)) {
@@ -291,8 +319,8 @@ static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, int *last_err)
             if (*last_err != ENXIO && *last_err != ECONNRESET)
                 sh_debug("ctl", "port %u of %s: %s", port, host, strerror(*last_err));
         }
-        freeaddrinfo(ai);
     }
+    freeaddrinfo(ai);
     return -1;
 }
 
@@ -359,6 +387,15 @@ static uint32_t children_connected(const struct sh_ctl *ctl)
     return c;
 }
 
+int64_t sh_ctl_retry_delay(int64_t waited_ns)
+{
+    int64_t d = waited_ns / 8;
+
+    if (d < SH_CTL_RETRY_MIN)
+        return SH_CTL_RETRY_MIN;
+    return d > SH_CTL_RETRY_MAX ? SH_CTL_RETRY_MAX : d;
+}
+
 static int check_cfg(const struct sh_ctl_cfg *cfg)
 {
     if (cfg->nnodes == 0 || cfg->index >= cfg->nnodes || cfg->names == NULL ||
@@ -385,7 +422,8 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     struct sh_ctl *ctl;
     int64_t my_deadline;
     int64_t next_try;
-    int64_t backoff = 20 * SH_NS_PER_MS;
+    int64_t t_start = sh_now_ns();
+    unsigned attempts = 0;
     int last_err = ETIMEDOUT;
     uint64_t first_child;
 
@@ -437,7 +475,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     /* A node gives up one margin before its parent does, so a parent still
      * listens while its children make their last attempts. */
     my_deadline = deadline_ns - (int64_t)ctl->depth * ctl->margin;
-    next_try = sh_now_ns();
+    next_try = t_start;
     while (sh_now_ns() < my_deadline) {
         int need_parent = ctl->index != 0 && ctl->parent.fd < 0;
         int64_t wake = my_deadline;
@@ -447,10 +485,12 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
         if (!need_parent && children_connected(ctl) == ctl->nchild)
             break;
         if (need_parent && sh_now_ns() >= next_try) {
-            if (try_parent(ctl, my_deadline, &last_err) == 0)
+            int64_t waited = sh_now_ns() - t_start;
+
+            attempts++;
+            if (try_parent(ctl, my_deadline, waited < SH_CTL_QUICK_PROBE_NS, &last_err) == 0)
                 continue;
-            next_try = sh_now_ns() + backoff;
-            backoff = backoff * 2 > SH_CTL_RETRY_MAX ? SH_CTL_RETRY_MAX : backoff * 2;
+            next_try = sh_now_ns() + sh_ctl_retry_delay(waited);
         }
         if (need_parent && next_try < wake)
             wake = next_try;
@@ -472,6 +512,9 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
             sh_warn("ctl", "node %s (index %u) did not connect by the deadline",
                     ctl->names[ctl->first_child + j], ctl->first_child + j);
     }
+    sh_debug("ctl", "joined the control tree in %.3f s (%u attempt(s) to reach the parent, "
+             "%u child(ren))", (double)(sh_now_ns() - t_start) / 1e9, attempts,
+             children_connected(ctl));
     /* Late children must fail fast instead of waiting in our backlog. */
     if (ctl->listen_fd >= 0) {
         close(ctl->listen_fd);

@@ -61,9 +61,6 @@ enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
  * (F01/F02); with allow_shared_dst=yes node 0's copy serves them. */
 enum vote { VOTE_CURRENT = 0, VOTE_NEED = 1, VOTE_ERROR = 2, VOTE_SHARED = 3 };
 
-/* Tag of the barrier between creating and looking for shared-DST markers. */
-#define TAG_MARK 4
-
 struct agent_in {
     unsigned proto;
     uint64_t jobid;
@@ -112,9 +109,9 @@ static int64_t now_ns(void)
 /* Agent log lines travel to the plugin, which puts them in the slurmd log. */
 static void pipe_sink(enum sh_log_level level, const char *line)
 {
-    (void)level;
     if (proto_out != NULL) {
-        sh_kv_put(proto_out, SH_AGENT_OUT_LOG, line);
+        sh_kv_put(proto_out, level == SH_LOG_DEBUG ? SH_AGENT_OUT_DEBUG : SH_AGENT_OUT_LOG,
+                  line);
         fflush(proto_out);
     } else {
         fprintf(stderr, "%s\n", line);
@@ -1249,8 +1246,8 @@ static void stage_image(struct agent *a, size_t img)
     struct sh_ctl_result votes;
     struct sh_src_id id;
     char buf[SH_STATUS_LINE_MAX], err[SH_STATUS_LINE_MAX], why[256];
-    unsigned char *data = NULL, *plan = NULL;
-    uint32_t dlen = 0, plen = 0, npart = 0, mypos = UINT32_MAX;
+    unsigned char *plan = NULL;
+    uint32_t plen = 0, npart = 0, mypos = UINT32_MAX;
     uint32_t *part = NULL;
     enum vote v;
     char mdir[PATH_MAX];
@@ -1263,45 +1260,58 @@ static void stage_image(struct agent *a, size_t img)
     int64_t engine_start;
     int len;
 
-    /* 1. the leader checks SRC as the user; everyone learns its identity. */
+    /* 1. every node leaves its marker in DST's directory (F02) while the
+     * leader checks SRC as the user; one allgather then gives everyone SRC's
+     * identity (the leader's entry) and proves every marker exists. One
+     * round trip of the tree instead of a broadcast and an allgather: the
+     * no-op path is on every job's start (issue 5). */
+    nearest_dir(dst, mdir, sizeof(mdir));
+    dir = mdir;
+    made = marker_create(a, img, dir) == 0;
     if (a->index == 0) {
         int ok = probe_source(src, &id, err, sizeof(err)) == 0;
         len = encode_src(buf, sizeof(buf), ok, &id, err);
     } else {
         len = 0;
     }
-    if (sh_ctl_bcast(a->ctl, buf, (uint32_t)len, &data, &dlen, a->deadline) != 0) {
-        set_failure(a, true, "lost the control plane (source metadata): %s", strerror(errno));
-        return;
+    {
+        struct sh_ctl_result first;
+        int bad;
+
+        memset(&first, 0, sizeof(first));
+        if (sh_ctl_allgather(a->ctl, TAG_SRC, buf, (uint32_t)len, a->deadline, &first) != 0) {
+            if (made)
+                marker_remove(a, img, dir);
+            set_failure(a, true, "lost the control plane (source metadata): %s",
+                        strerror(errno));
+            return;
+        }
+        if (first.nnodes == 0 || first.entry[0].state != SH_CTL_OK) {
+            snprintf(err, sizeof(err), "no source metadata from the leader node %s",
+                     sh_ctl_name(a->ctl, 0));
+            bad = 1;
+        } else {
+            bad = decode_src(first.entry[0].data, first.entry[0].len, src, &id, err,
+                             sizeof(err)) != 0;
+        }
+        sh_ctl_result_free(&first);
+        if (bad) {
+            if (made)
+                marker_remove(a, img, dir);
+            set_failure(a, false, "%s", err);
+            return;
+        }
     }
-    if (decode_src(data, dlen, src, &id, err, sizeof(err)) != 0) {
-        free(data);
-        set_failure(a, false, "%s", err);
-        return;
-    }
-    free(data);
 
     /* 2. every node votes; first, is DST's directory shared between nodes
      * (F01: a network filesystem; F02: another node's marker is visible)? */
     {
-        struct sh_ctl_result mark;
         struct statfs fs;
         char who[256];
         const char *fsname = NULL;
 
-        nearest_dir(dst, mdir, sizeof(mdir));
-        dir = mdir;
         if (statfs(dir, &fs) == 0)
             fsname = shared_fs_name((long)fs.f_type);
-        made = marker_create(a, img, dir) == 0;
-        memset(&mark, 0, sizeof(mark));
-        if (sh_ctl_allgather(a->ctl, TAG_MARK, "", 0, a->deadline, &mark) != 0) {
-            if (made)
-                marker_remove(a, img, dir);
-            set_failure(a, true, "lost the control plane (markers): %s", strerror(errno));
-            return;
-        }
-        sh_ctl_result_free(&mark);
         who[0] = '\0';
         if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
             v = VOTE_SHARED;
@@ -1588,6 +1598,7 @@ int sh_agent_prolog_main(void)
 {
     static struct agent a;
     char err[SH_STATUS_LINE_MAX];
+    int64_t t_start = now_ns(), t_setup = 0;
     int out_fd, devnull;
 
     /* Our stdout is the pipe to the plugin; keep it private to the protocol
@@ -1603,6 +1614,9 @@ int sh_agent_prolog_main(void)
     }
     proto_out = a.out;
     sh_log_set_sink(pipe_sink);
+    /* Detail lines go to the plugin, which logs them with slurm_debug(): they
+     * appear when the site runs slurmd at SlurmdDebug=debug or higher. */
+    sh_log_set_level(SH_LOG_DEBUG);
     sh_log_set_identity("agent", NULL, NULL, -1);
 
     if (read_inputs(stdin, &a.in, err, sizeof(err)) != 0) {
@@ -1645,6 +1659,7 @@ int sh_agent_prolog_main(void)
         set_failure(&a, true, "node %s: %s", a.in.nodename, err);
         goto done;
     }
+    t_setup = now_ns();
     {
         struct sh_ctl_cfg cc;
 
@@ -1674,6 +1689,9 @@ int sh_agent_prolog_main(void)
             goto done;
         }
         sh_ctl_sync_deadline(a.ctl, &a.deadline);
+        sh_debug("stage", "ready after %.3f s: inputs and setup %.3f s, control plane %.3f s",
+                 (double)(now_ns() - t_start) / 1e9, (double)(t_setup - t_start) / 1e9,
+                 (double)(now_ns() - t_setup) / 1e9);
     }
     for (size_t i = 0; i < sh_spec_set_count(a.specs) && !a.failed; i++)
         stage_image(&a, i);

@@ -367,6 +367,7 @@ static void phase_transfer(struct run *r, MPI_Comm part)
     cfg.algorithm = r->o.algorithm;
     cfg.sched = r->sched;
     cfg.depth = r->o.depth;
+    cfg.read_ahead = r->o.read_ahead;
     cfg.hash = r->o.hash;
     cfg.src_fd = r->is_reader ? r->src_fd : -1;
     cfg.pub = r->d.have_temp ? &sh_guard_pub : NULL;

@@ -13,7 +13,7 @@
 enum {
     OPT_CHECK = 256, OPT_VERIFY, OPT_HASH, OPT_SEGMENT, OPT_DEPTH,
     OPT_ALGORITHM, OPT_TIMEOUT, OPT_PROGRESS, OPT_JSON, OPT_SOURCE_RANK,
-    OPT_EXPECT_RANKS, OPT_STALL_TIMEOUT,
+    OPT_EXPECT_RANKS, OPT_STALL_TIMEOUT, OPT_READ_AHEAD,
 };
 
 static const struct option long_opts[] = {
@@ -29,6 +29,7 @@ static const struct option long_opts[] = {
     { "source-rank", required_argument, NULL, OPT_SOURCE_RANK },
     { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
     { "stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT },
+    { "read-ahead", required_argument, NULL, OPT_READ_AHEAD },
     { "progress", no_argument, NULL, OPT_PROGRESS },
     { "json", no_argument, NULL, OPT_JSON },
     { "verbose", no_argument, NULL, 'v' },
@@ -68,6 +69,9 @@ void sh_bcast_usage(FILE *out)
 "      --segment-size=SIZE  bytes per pipeline segment, K/M/G units, <= 1G\n"
 "                           (default 1M)\n"
 "      --pipeline-depth=N   buffers in flight per rank, 1..64 (default 8)\n"
+"      --read-ahead=N       segments the reading rank reads from SRC at once,\n"
+"                           1..pipeline depth (default 4, or the depth if\n"
+"                           smaller); >1 keeps a network filesystem busy\n"
 "      --algorithm=ALG      chain (default: pipelined point-to-point ring) or\n"
 "                           bcast (one MPI_Ibcast per segment, for comparison)\n"
 "      --timeout=DURATION   overall deadline, e.g. 600, 90s, 10m (default 600s);\n"
@@ -139,6 +143,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     o->hash = SH_HASH_XXH3;
     o->segment = SH_BCAST_DEFAULT_SEGMENT;
     o->depth = SH_BCAST_DEFAULT_DEPTH;
+    o->read_ahead = 0;
     o->algorithm = SH_ALG_CHAIN;
     o->timeout_ns = SH_BCAST_DEFAULT_TIMEOUT_NS;
     o->stall_ns = SH_BCAST_DEFAULT_STALL_NS;
@@ -212,6 +217,12 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                             "non-negative integer", optarg);
             o->source_rank = (int)v;
             break;
+        case OPT_READ_AHEAD:
+            if (parse_uint(optarg, SH_BCAST_MAX_DEPTH, &v) != 0 || v == 0)
+                return fail(err, errlen, "--read-ahead=%s: expected an "
+                            "integer from 1 to %u", optarg, SH_BCAST_MAX_DEPTH);
+            o->read_ahead = (unsigned)v;
+            break;
         case OPT_STALL_TIMEOUT:
             if (sh_parse_duration(optarg, &o->stall_ns) != 0)
                 return fail(err, errlen, "--stall-timeout=%s: expected a "
@@ -251,5 +262,12 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     if (o->dest[strlen(o->dest) - 1] == '/')
         return fail(err, errlen, "--dest=%s: must name a file, not a directory",
                     o->dest);
+    if (o->read_ahead > o->depth)
+        return fail(err, errlen, "--read-ahead=%u: must not exceed the pipeline "
+                    "depth (%u): each segment read needs its own buffer",
+                    o->read_ahead, o->depth);
+    if (o->read_ahead == 0)
+        o->read_ahead = SH_BCAST_DEFAULT_READ_AHEAD < o->depth
+                            ? SH_BCAST_DEFAULT_READ_AHEAD : o->depth;
     return SH_OPTS_RUN;
 }

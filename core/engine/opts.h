@@ -17,6 +17,7 @@ enum sh_verify { SH_VERIFY_TRANSFER = 0, SH_VERIFY_READBACK = 1 };
 #define SH_BCAST_DEFAULT_SEGMENT SH_DEFAULT_SEGMENT_SIZE
 #define SH_BCAST_DEFAULT_DEPTH SH_DEFAULT_PIPELINE_DEPTH
 #define SH_BCAST_MAX_DEPTH 64u
+#define SH_BCAST_DEFAULT_READ_AHEAD SH_DEFAULT_READ_AHEAD
 #define SH_BCAST_DEFAULT_TIMEOUT_NS (600ULL * 1000000000ULL)
 /* case F22: a broadcast that moves no byte for this long is an error. */
 #define SH_BCAST_DEFAULT_STALL_NS SH_DEFAULT_STALL_NS
@@ -29,6 +30,8 @@ struct sh_bcast_opts {
     enum sh_hash_algo hash;
     uint64_t segment;               /* bytes, 1..SH_SEGMENT_MAX */
     unsigned depth;                 /* buffers in the ring, 1..SH_BCAST_MAX_DEPTH */
+    unsigned read_ahead;            /* concurrent reads of SRC, 1..depth (0 while
+                                     * parsing: not given) */
     enum sh_algorithm algorithm;
     uint64_t timeout_ns;            /* overall deadline, > 0 */
     uint64_t stall_ns;              /* transfer without progress this long fails, 0: off */

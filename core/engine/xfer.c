@@ -46,6 +46,9 @@ struct ring {
     uint64_t avail;         /* data present for segments [0, avail) */
     uint64_t written;       /* writer consumed [0, written) */
     uint64_t net_done;      /* MPI finished with [0, net_done) */
+    uint64_t next_read;     /* readers: next segment to claim */
+    uint64_t *slot_seg;     /* readers: segment whose read completed in each
+                             * slot (UINT64_MAX: none yet) */
     int src_failed;         /* reader thread hit a source error */
     int abort;
 
@@ -65,27 +68,36 @@ static int slot_free(const struct ring *r, uint64_t k)
     return k < m + r->depth;
 }
 
+/* Reader threads (rank 0): each claims the next segment, reads it into its
+ * slot without the lock, and publishes it; avail advances over the segments
+ * complete in order. Several reads in flight keep a network filesystem busy
+ * while one read waits for its round trip (measured on the test cluster's
+ * sshfs storage: one read at a time forwarded 48 MB/s, four 59 MB/s on a
+ * 60 MB/s link; bench/results). */
 static void *reader_main(void *arg)
 {
     struct ring *r = arg;
     const struct sh_sched *s = r->s;
 
-    for (uint64_t k = 0; ; k++) {
-        struct sh_seg_hdr hdr = { SH_SEG_OK, 0, k };
+    for (;;) {
+        struct sh_seg_hdr hdr = { SH_SEG_OK, 0, 0 };
         unsigned char *b;
+        uint64_t k;
         size_t len;
         int failed;
 
         pthread_mutex_lock(&r->mu);
-        while (!r->abort && k < r->limit && !slot_free(r, k))
+        while (!r->abort && r->next_read < r->limit && !slot_free(r, r->next_read))
             pthread_cond_wait(&r->cv, &r->mu);
-        if (r->abort || k >= r->limit) {
+        if (r->abort || r->next_read >= r->limit) {
             pthread_mutex_unlock(&r->mu);
             break;
         }
+        k = r->next_read++;
         failed = r->src_failed;
         pthread_mutex_unlock(&r->mu);
 
+        hdr.index = k;
         b = r->buf[k % r->depth];
         len = sh_sched_len(s, k);
         if (failed) {
@@ -106,12 +118,15 @@ static void *reader_main(void *arg)
         sh_seg_hdr_encode(&hdr, b + len);
 
         pthread_mutex_lock(&r->mu);
-        if (hdr.status != SH_SEG_OK && !r->src_failed) {
+        if (hdr.status != SH_SEG_OK) {
             r->src_failed = 1;
-            if (r->cfg->algorithm == SH_ALG_CHAIN)
+            /* chain: nothing after the first bad segment flows */
+            if (r->cfg->algorithm == SH_ALG_CHAIN && k + 1 < r->limit)
                 r->limit = k + 1;
         }
-        r->avail = k + 1;
+        r->slot_seg[k % r->depth] = k;
+        while (r->avail < r->limit && r->slot_seg[r->avail % r->depth] == r->avail)
+            r->avail++;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
     }
@@ -477,8 +492,9 @@ fail:
 int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res)
 {
     struct ring r;
-    pthread_t reader_tid, writer_tid;
-    int have_reader = 0, have_writer = 0;
+    pthread_t reader_tid[SH_BCAST_MAX_DEPTH], writer_tid;
+    unsigned nreader = 0;
+    int have_writer = 0;
     int rank, rc = -1;
     size_t bufsize;
 
@@ -493,9 +509,12 @@ int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res)
     pthread_cond_init(&r.cv, NULL);
     bufsize = sh_sched_len(&cfg->sched, 0) + SH_SEG_HDR_LEN;
     r.buf = calloc(r.depth, sizeof(*r.buf));
+    r.slot_seg = malloc(r.depth * sizeof(*r.slot_seg));
     r.hash = sh_hash_new(cfg->hash);
-    if (r.buf == NULL || r.hash == NULL)
+    if (r.buf == NULL || r.slot_seg == NULL || r.hash == NULL)
         goto oom;
+    for (unsigned i = 0; i < r.depth; i++)
+        r.slot_seg[i] = UINT64_MAX;
     for (unsigned i = 0; i < r.depth; i++) {
         void *p = NULL;
 
@@ -507,9 +526,14 @@ int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res)
         goto oom;
     have_writer = 1;
     if (rank == 0) {
-        if (pthread_create(&reader_tid, NULL, reader_main, &r) != 0)
-            goto oom;
-        have_reader = 1;
+        unsigned want = cfg->read_ahead == 0 ? 1 : cfg->read_ahead;
+
+        if (want > r.depth)
+            want = r.depth;
+        for (; nreader < want; nreader++) {
+            if (pthread_create(&reader_tid[nreader], NULL, reader_main, &r) != 0)
+                goto oom;
+        }
     }
     rc = progress_loop(&r, res);
     goto join;
@@ -523,8 +547,8 @@ join:
         r.abort = 1;
     pthread_cond_broadcast(&r.cv);
     pthread_mutex_unlock(&r.mu);
-    if (have_reader)
-        pthread_join(reader_tid, NULL);
+    for (unsigned i = 0; i < nreader; i++)
+        pthread_join(reader_tid[i], NULL);
     if (have_writer)
         pthread_join(writer_tid, NULL);
     res->src_status = r.src_status;
@@ -545,6 +569,7 @@ join:
             free(r.buf[i]);
         free(r.buf);
     }
+    free(r.slot_seg);
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.cv);
     return rc;

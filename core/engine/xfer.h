@@ -1,6 +1,7 @@
-/* The data path of stagehand-bcast (DESIGN.md §4): one reader thread (on the
- * reader rank), one writer+hash thread (every participant) and the MPI
- * progress loop on the main thread, around a bounded ring of segment buffers.
+/* The data path of stagehand-bcast (DESIGN.md §4): reader threads on the
+ * reader rank (--read-ahead of them), one writer+hash thread on every
+ * participant and the MPI progress loop on the main thread, around a bounded
+ * ring of segment buffers.
  * Only the main thread calls MPI (MPI_THREAD_FUNNELED). */
 #ifndef STAGEHAND_ENGINE_XFER_H
 #define STAGEHAND_ENGINE_XFER_H
@@ -18,6 +19,8 @@ struct sh_xfer_cfg {
     enum sh_algorithm algorithm;
     struct sh_sched sched;      /* from the reader's (size, segment) */
     unsigned depth;             /* ring buffers */
+    unsigned read_ahead;        /* reader: segments read from SRC at once,
+                                 * 1..depth (0 means 1) */
     enum sh_hash_algo hash;
     int src_fd;                 /* reader: SRC, opened as the user; else -1 */
     struct sh_publish *pub;     /* temp file to write, or NULL (reader whose

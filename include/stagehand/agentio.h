@@ -37,6 +37,7 @@
 #define SH_AGENT_IN_END      "end"
 
 #define SH_AGENT_OUT_LOG     "log"
+#define SH_AGENT_OUT_DEBUG   "debug"   /* a detail line: slurmd logs it at debug level */
 #define SH_AGENT_OUT_SUMMARY "summary"
 #define SH_AGENT_OUT_RESULT  "result"
 #define SH_AGENT_OUT_FAULT   "fault"

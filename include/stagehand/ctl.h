@@ -34,7 +34,15 @@
 #define SH_CTL_FANOUT_DEFAULT   32u
 #define SH_CTL_MARGIN_DEFAULT   (250 * INT64_C(1000000))   /* ns per tree level */
 #define SH_CTL_HS_TIMEOUT       (3 * INT64_C(1000000000))  /* ns per handshake */
-#define SH_CTL_RETRY_MAX        (1 * INT64_C(1000000000))  /* ns backoff cap */
+/* Retries of an unreachable parent. Agents start tens of milliseconds apart
+ * in a prolog, so a child often finds its parent not yet listening; a refused
+ * connect costs one round trip, so the delay grows with the time already
+ * waited (1/8 of it) between these bounds: a child joins at most ~12 % later
+ * than its parent starts listening, with O(log) attempts. */
+#define SH_CTL_RETRY_MIN        (2 * INT64_C(1000000))     /* ns */
+#define SH_CTL_RETRY_MAX        (1 * INT64_C(1000000000))  /* ns */
+/* For this long a round of attempts ends at the first refused port. */
+#define SH_CTL_QUICK_PROBE_NS   (1 * INT64_C(1000000000))  /* ns */
 
 struct sh_ctl_cfg {
     uint32_t nnodes;             /* N >= 1 */
@@ -82,6 +90,10 @@ uint32_t sh_ctl_parent_of(uint32_t index, uint32_t fanout);
 /* Port derived from job and step id in [base, base+range). */
 uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
                             uint16_t range);
+
+/* Delay (ns) before the next attempt to reach the parent after @waited_ns of
+ * trying: waited/8 clamped to [SH_CTL_RETRY_MIN, SH_CTL_RETRY_MAX]. Pure. */
+int64_t sh_ctl_retry_delay(int64_t waited_ns);
 
 /* Form the tree: listen (if this node has children), connect and authenticate
  * to the parent with bounded retry, and accept the children, until all are

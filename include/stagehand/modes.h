@@ -21,6 +21,10 @@ enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
  * configuration (measured: bench/results/segment-size.md). */
 #define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 20)   /* bytes */
 #define SH_DEFAULT_PIPELINE_DEPTH 8u                  /* segments per rank */
+/* Segments the reading rank reads from SRC at once: one read at a time left
+ * an sshfs source idle for a round trip per segment (48 vs 59 MB/s on a
+ * 60 MB/s link, bench/results/latest.md). */
+#define SH_DEFAULT_READ_AHEAD 4u
 #define SH_DEFAULT_STALL_NS (UINT64_C(60) * 1000000000u) /* ns, case F22 */
 
 /* "meta", "content", "size", "never" <-> enum. Parse returns 0 or -1 with

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Engine: files of size 0, 1, segment-1, segment, segment+1 and a few MiB
 # arrive byte-identical on every node (sha256sum inside each node), with both
-# algorithms; no temp files remain. Cases F09, F10 (size % segment in
-# {0, 1, segment-1}), F11.
+# algorithms and with one to 16 concurrent reads of SRC; no temp files
+# remain. Cases F09, F10 (size % segment in {0, 1, segment-1}), F11.
 source "$(dirname "$0")/lib.sh"
 
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
@@ -50,5 +50,22 @@ for alg in chain bcast; do
         done
     done
 done
+# Concurrent reads of SRC complete out of order; the stream must not: one
+# read at a time, and 16 at once over 16 buffers (49 segments).
+size=$((3 * 1048576 + 1))
+want=$(sha256sum <"$src/f$size" | cut -d' ' -f1)
+for ra in "1 2" "16 16"; do
+    set -- $ra
+    f="ra$1.f$size"
+    out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
+        --source "$src/f$size" --dest "$dst/$f" --segment-size=$seg \
+        --read-ahead="$1" --pipeline-depth="$2" --timeout=60s --json 2>"$errf") ||
+        fail "read-ahead $1: engine failed: $out $(cat "$errf")"
+    for n in $MINICLUSTER_NODES; do
+        got=$(on_node "$n" sha256sum "$dst/$f" | cut -d' ' -f1) ||
+            fail "read-ahead $1: $dst/$f missing on $n"
+        [ "$got" = "$want" ] || fail "read-ahead $1: $n has different content"
+    done
+done
 wait_nodes_idle || fail "nodes not idle"
-echo "ok: sizes $sizes identical on $k nodes (chain and bcast)"
+echo "ok: sizes $sizes identical on $k nodes (chain and bcast; read-ahead 1, 2 and 16)"

@@ -286,6 +286,8 @@ struct tree {
     int64_t hs_timeout;      /* 0: 1 s */
     int64_t join_s;          /* join deadline in seconds; 0: 8 (loaded CI, ASan) */
     int64_t t0;              /* common start (CLOCK_MONOTONIC is system-wide) */
+    int late;                /* index that starts late_ms after the others, -1 for none */
+    int64_t late_ms;
 };
 
 static const char *const names[MAXN] = {
@@ -317,6 +319,8 @@ static int node_main(const struct tree *t, uint32_t i)
     int rc;
 
     alarm(30);
+    if ((int)i == t->late && t->late_ms > 0)
+        usleep((useconds_t)(t->late_ms * 1000));
     memset(kjob, 0x77, sizeof(kjob));
     if ((int)i == t->keyless)
         kjob[0] ^= 1;
@@ -529,6 +533,61 @@ START_TEST(tree_port_taken)
 }
 END_TEST
 
+/* The retry delay grows with the time waited, between its bounds. */
+START_TEST(retry_delay)
+{
+    int64_t prev = 0;
+
+    ck_assert_int_eq(sh_ctl_retry_delay(0), SH_CTL_RETRY_MIN);
+    ck_assert_int_eq(sh_ctl_retry_delay(-5), SH_CTL_RETRY_MIN);
+    ck_assert_int_eq(sh_ctl_retry_delay(80 * SH_NS_PER_MS), 10 * SH_NS_PER_MS);
+    ck_assert_int_eq(sh_ctl_retry_delay(3600 * SH_NS_PER_S), SH_CTL_RETRY_MAX);
+    for (int64_t w = 0; w < 20 * SH_NS_PER_S; w += 7 * SH_NS_PER_MS) {
+        int64_t d = sh_ctl_retry_delay(w);
+
+        ck_assert_int_ge(d, prev);
+        ck_assert_int_le(d, w / 8 > SH_CTL_RETRY_MIN ? w / 8 : SH_CTL_RETRY_MIN);
+        prev = d;
+    }
+}
+END_TEST
+
+/* The root starts 700 ms after its children (prologs start skewed); every
+ * child keeps retrying and the tree forms. */
+START_TEST(tree_late_root)
+{
+    struct tree t = { .n = 6, .k = 5, .jobid = (uint64_t)getpid() * 100 + 8,
+                      .absent = -1, .keyless = -1, .late = 0, .late_ms = 700 };
+
+    t.port_base = test_port(8);
+    run_tree(&t);
+}
+END_TEST
+
+/* The derived port is bound (not listening) by another process, so the root
+ * listens on the next one and children are refused on the first: the quick
+ * rounds end there, and the full rounds after SH_CTL_QUICK_PROBE_NS find the
+ * root. */
+START_TEST(tree_port_bound_not_listening)
+{
+    struct tree t = { .n = 3, .k = 2, .jobid = (uint64_t)getpid() * 100 + 9,
+                      .absent = -1, .keyless = -1 };
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    uint16_t first;
+    int fd;
+
+    t.port_base = test_port(9);
+    first = sh_ctl_derive_port(t.jobid, 0, t.port_base, 48);
+    sa.sin_port = htons(first);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    run_tree(&t);
+    close(fd);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ctl");
@@ -550,6 +609,9 @@ int main(void)
     tcase_add_test(tc, tree_missing_interior);
     tcase_add_test(tc, tree_keyless_peer);
     tcase_add_test(tc, tree_port_taken);
+    tcase_add_test(tc, retry_delay);
+    tcase_add_test(tc, tree_late_root);
+    tcase_add_test(tc, tree_port_bound_not_listening);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }

@@ -39,6 +39,7 @@ START_TEST(defaults)
     ck_assert_int_eq(o.algorithm, SH_ALG_CHAIN);
     ck_assert_uint_eq(o.segment, SH_BCAST_DEFAULT_SEGMENT);
     ck_assert_uint_eq(o.depth, SH_BCAST_DEFAULT_DEPTH);
+    ck_assert_uint_eq(o.read_ahead, SH_BCAST_DEFAULT_READ_AHEAD);
     ck_assert_uint_eq(o.timeout_ns, SH_BCAST_DEFAULT_TIMEOUT_NS);
     ck_assert_int_eq(o.source_rank, 0);
     ck_assert_int_eq(o.expect_ranks, 0);
@@ -69,6 +70,16 @@ START_TEST(every_option)
     ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--check=never",
                            "--segment-size=4096", (const char *)0), SH_OPTS_RUN);
     ck_assert_uint_eq(o.segment, 4096);
+    /* read-ahead: explicit, or the default capped by a smaller depth */
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--read-ahead=8",
+                           "--pipeline-depth=8", (const char *)0), SH_OPTS_RUN);
+    ck_assert_uint_eq(o.read_ahead, 8);
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--pipeline-depth=2",
+                           (const char *)0), SH_OPTS_RUN);
+    ck_assert_uint_eq(o.read_ahead, 2);
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--read-ahead=1",
+                           (const char *)0), SH_OPTS_RUN);
+    ck_assert_uint_eq(o.read_ahead, 1);
     ck_assert_int_eq(parse("-s", "/s", "-d", "/d", "--check", "size", (const char *)0),
                      SH_OPTS_RUN);
     ck_assert_int_eq(o.check, SH_CHECK_SIZE);
@@ -101,6 +112,10 @@ START_TEST(bad_values)
     rejects("--pipeline-depth=0", "--pipeline-depth=0", (const char *)0);
     rejects("--pipeline-depth=65", "--pipeline-depth=65", (const char *)0);
     rejects("--pipeline-depth=2x", "--pipeline-depth=2x", (const char *)0);
+    rejects("--read-ahead=0", "--read-ahead=0", (const char *)0);
+    rejects("--read-ahead=65", "--read-ahead=65", (const char *)0);
+    rejects("--read-ahead=3: must not exceed the pipeline depth (2)", "--read-ahead=3",
+            "--pipeline-depth=2");
     rejects("--check=fast", "--check=fast", (const char *)0);
     rejects("--verify=none", "--verify=none", (const char *)0);
     rejects("--hash=md5", "--hash=md5", (const char *)0);
