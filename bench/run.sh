@@ -174,7 +174,7 @@ dst_ok() {
 csv="$out/latest.csv"
 mkdir -p "$out"
 scratch=$(mktemp -d /tmp/stagehand-bench.XXXXXX)   # per-run outputs of the tools
-echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1" >"$csv.tmp"
+echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases" >"$csv.tmp"
 row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
 
 # ------------------------------------------------------------ calibration -
@@ -282,7 +282,7 @@ open_alloc() { # nodes -> job id of an idle allocation on n[1-N]
 }
 
 run_engine() { # size nodes rep alg src dst
-    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng=""
+    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases=""
     clean_dst
     s0=$(storage_rchar)
     t0=$(now)
@@ -297,9 +297,12 @@ run_engine() { # size nodes rep alg src dst
     if [ "$ok" = 1 ]; then
         eng=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds"]["total"] if d["status"]=="ok" and d["nodes_copied"]==d["nodes"] else "")' "$scratch/engine.json" 2>/dev/null || true)
         [ -n "$eng" ] || ok=0
+        # the engine's own phase times (start-up/metadata/pre-check/transfer/
+        # verify/publish): where the time goes
+        phases=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["seconds"]; print("/".join("%.3f" % s[k] for k in ("start-up","metadata","pre-check","transfer","verify","publish")))' "$scratch/engine.json" 2>/dev/null || true)
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
-    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)"
+    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases"
 }
 
 run_sbcast() { # size nodes rep src dst

@@ -1662,6 +1662,7 @@ int sh_agent_prolog_main(void)
     t_setup = now_ns();
     {
         struct sh_ctl_cfg cc;
+        int64_t join_deadline;
 
         memset(&cc, 0, sizeof(cc));
         cc.nnodes = a.nnodes;
@@ -1673,16 +1674,25 @@ int sh_agent_prolog_main(void)
         cc.jobid = a.in.jobid;
         cc.stepid = a.in.stepid;
         cc.kjob = a.kjob;
-        if (sh_ctl_join(&cc, a.deadline, &a.ctl) != 0) {
+        /* The rendezvous has its own, shorter bound: a node whose agent never
+         * starts (its prolog did not run: the job was cancelled meanwhile,
+         * or slurmd is stuck) must not hold the others for the whole
+         * staging timeout. */
+        join_deadline = t_start + (int64_t)a.cfg.join_timeout_ns;
+        if (join_deadline > a.deadline)
+            join_deadline = a.deadline;
+        if (sh_ctl_join(&cc, join_deadline, &a.ctl) != 0) {
             int jerr = errno;
 
             /* Only a node other than the leader waits for a parent. */
             if (jerr == ETIMEDOUT && a.index != 0)
                 set_failure(&a, false, "node %s: control plane: could not reach node %s "
-                            "(its parent in the control tree) by the deadline: its agent "
-                            "did not start or the network between them is broken",
+                            "(its parent in the control tree) within %.0f s: its agent "
+                            "did not start (the job was cancelled, or its prolog did not "
+                            "run) or the network between them is broken",
                             a.in.nodename,
-                            a.names[sh_ctl_parent_of(a.index, a.cfg.fanout)]);
+                            a.names[sh_ctl_parent_of(a.index, a.cfg.fanout)],
+                            (double)(join_deadline - t_start) / 1e9);
             else
                 set_failure(&a, false, "node %s: control plane: %s", a.in.nodename,
                             strerror(jerr));

@@ -33,6 +33,7 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->pipeline_depth = SH_DEFAULT_PIPELINE_DEPTH;
     cfg->timeout_ns = 600 * NS_PER_S;
     cfg->stall_timeout_ns = SH_DEFAULT_STALL_NS;
+    cfg->join_timeout_ns = SH_DEFAULT_JOIN_NS;
     cfg->check = SH_CHECK_META;
     cfg->hash = SH_HASH_XXH3;
     cfg->on_node_fault = SH_FAULT_FAIL;
@@ -271,6 +272,13 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
             return bad(a, ERANGE, "must be 0 (off) or between 1s and 1h");
         cfg->stall_timeout_ns = u;
         return 0;
+    case 19:
+        if (sh_parse_duration(a->val, &u) != 0)
+            return bad(a, errno, "expected a duration such as 30s");
+        if (u < NS_PER_S || u > 3600 * NS_PER_S)
+            return bad(a, ERANGE, "must be between 1s and 1h");
+        cfg->join_timeout_ns = u;
+        return 0;
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -281,7 +289,7 @@ static const char *const keys[] = {
     "allowed_dest", "default_dest", "key_file", "agent", "engine",
     "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
-    "verbose", "allow_shared_dst", "stall_timeout",
+    "verbose", "allow_shared_dst", "stall_timeout", "join_timeout",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 

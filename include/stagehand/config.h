@@ -42,6 +42,9 @@
  * stall_timeout   a transfer that moves no data this long    60s
  *                 fails, naming the segment (F22); 0 = off,
  *                 else 1s..1h
+ * join_timeout    how long agents wait for each other to      30s
+ *                 start (a job cancelled while its prolog
+ *                 starts frees its nodes after this), 1s..1h
  * allow_shared_dst yes | no (allow DST on a network         no
  *                 filesystem; case F01)
  *
@@ -78,6 +81,7 @@ struct sh_config {
     unsigned pipeline_depth;
     uint64_t timeout_ns;
     uint64_t stall_timeout_ns;   /* transfer without progress fails; 0: off */
+    uint64_t join_timeout_ns;    /* agents' rendezvous (control tree) bound, ns */
     enum sh_check check;
     enum sh_hash_algo hash;
     enum sh_node_fault on_node_fault;

@@ -26,6 +26,11 @@ enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
  * 60 MB/s link, bench/results/latest.md). */
 #define SH_DEFAULT_READ_AHEAD 4u
 #define SH_DEFAULT_STALL_NS (UINT64_C(60) * 1000000000u) /* ns, case F22 */
+/* How long an agent waits for the job's other agents to start and form the
+ * control tree. Prologs start within a second of each other; a job cancelled
+ * while they start never runs the prolog on some nodes, and the others must
+ * not hold their nodes for the whole staging timeout (measured: 120 s). */
+#define SH_DEFAULT_JOIN_NS (UINT64_C(30) * 1000000000u) /* ns */
 
 /* "meta", "content", "size", "never" <-> enum. Parse returns 0 or -1 with
  * errno = EINVAL; name returns NULL for an unknown value. */

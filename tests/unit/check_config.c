@@ -51,6 +51,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.pipeline_depth, 8);
     ck_assert_uint_eq(cfg.timeout_ns, 600ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.stall_timeout_ns, 60ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.join_timeout_ns, 30ULL * 1000000000ULL);
     ck_assert_int_eq(cfg.check, SH_CHECK_META);
     ck_assert_int_eq(cfg.hash, SH_HASH_XXH3);
     ck_assert_int_eq(cfg.on_node_fault, SH_FAULT_FAIL);
@@ -78,6 +79,7 @@ START_TEST(every_key)
         "pipeline_depth=8",
         "timeout=15m",
         "stall_timeout=10s",
+        "join_timeout=45s",
         "check=content",
         "hash=sha256",
         "mpi_env=/etc/stagehand/mpi.env",
@@ -106,6 +108,7 @@ START_TEST(every_key)
     ck_assert_uint_eq(cfg.pipeline_depth, 8);
     ck_assert_uint_eq(cfg.timeout_ns, 900ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.stall_timeout_ns, 10ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.join_timeout_ns, 45ULL * 1000000000ULL);
     ck_assert_int_eq(cfg.check, SH_CHECK_CONTENT);
     ck_assert_int_eq(cfg.hash, SH_HASH_SHA256);
     ck_assert_str_eq(cfg.mpi_env, "/etc/stagehand/mpi.env");
@@ -184,6 +187,9 @@ static const struct bad_case bad[] = {
     /* case F22 */
     { "stall_timeout=500ms", NULL, ERANGE, "stall_timeout=500ms: must be 0 (off) or between 1s and 1h" },
     { "stall_timeout=2h", NULL, ERANGE, "stall_timeout=2h" },
+    { "join_timeout=0", NULL, ERANGE, "join_timeout=0: must be between 1s and 1h" },
+    { "join_timeout=2h", NULL, ERANGE, "join_timeout=2h" },
+    { "join_timeout=soon", NULL, EINVAL, "join_timeout=soon" },
     { "stall_timeout=x", NULL, EINVAL, "stall_timeout=x: expected a duration" },
     { "check=always", NULL, EINVAL, "check=always: expected meta, content" },
     { "hash=md5", NULL, EINVAL, "hash=md5: expected xxh3 or sha256" },

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The job's first node never starts its agent (as when the job is cancelled
+# before slurmd there ran the prolog, which slurmd then skips): the other
+# nodes' agents stop waiting for it after join_timeout (default 30 s), not
+# after the staging timeout (120 s on the test cluster), so their prologs end
+# and the nodes are free again. The job fails with a message naming the
+# missing node; no node is drained; the next job stages. Case F21 ("one node
+# never starts its prolog ... nothing hangs"), seen as the 121 s prolog of a
+# job cancelled 15 ms after its allocation in the soak test.
+# shellcheck source=tests/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+read -r leader second _ <<<"$MINICLUSTER_NODES"
+[ -n "$second" ] || skip "needs 2 nodes"
+agent="$STAGEHAND_PREFIX/libexec/stagehand-agent"
+[ -x "$agent" ] || fail "$agent not installed"
+tok=fjoin$$
+tag=fault-join.$$
+dst=/nvme/$tok/img
+src=/shared/$tok.img
+out=/shared/$tok.out
+cleanup() {
+    on_node "$leader" umount "$agent" 2>/dev/null
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    rm -f "$src" "$out"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+}
+trap cleanup EXIT
+make_user_file "$src" 2 || fail "cannot create $src"
+
+# On the leader only (its own mount namespace), the agent is a program that
+# exits at once: no agent of this job ever listens there.
+on_node "$leader" sh -c "printf '#!/bin/sh\nexit 1\n' >/tmp/$tok.agent && chmod 755 /tmp/$tok.agent &&
+    mount --bind /tmp/$tok.agent '$agent'" || fail "cannot replace the agent on $leader"
+[ "$(head -c 2 "$agent")" != "#!" ] || fail "the replacement leaked out of $leader's mount namespace"
+off=$(log_offset "$second")
+
+t0=$SECONDS
+id=$(as_user sbatch --parsable -J "$tag" -N2 -w "$leader,$second" -o "$out" \
+         --stage-image="$src:$dst" --wrap 'echo script-ran') || fail "sbatch: $id"
+st=$(wait_job_end "$id" 90)
+took=$((SECONDS - t0))
+on_node "$leader" umount "$agent" || fail "cannot restore the agent on $leader"
+[ "$st" = FAILED ] || fail "job $id ended $st after $took s: $(cat "$out" 2>/dev/null)"
+echo "job failed $took s after submission"
+[ "$took" -lt 75 ] || fail "job took $took s to fail: the others waited for the staging timeout"
+log_since "$second" "$off" | grep -q "node $second: control plane: could not reach node $leader (its parent in the control tree) within 30 s" ||
+    fail "$second's slurmd log does not say it gave up on $leader after 30 s: $(log_since "$second" "$off" | grep stagehand | tail -3)"
+! grep -q script-ran "$out" || fail "the batch script ran without its image"
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" test ! -e "$dst" || fail "$n: $dst exists"
+done
+assert_no_drain
+echo "ok: the first node's agent never started: $second gave up after join_timeout, no drain"
+
+id=$(as_user sbatch --parsable -J "$tag" -N2 -w "$leader,$second" -o "$out" \
+         --stage-image="$src:$dst" --wrap 'echo script-ran') || fail "sbatch: $id"
+[ "$(wait_job_end "$id" 60)" = COMPLETED ] || fail "the next job failed: $(cat "$out")"
+assert_no_drain
+echo "ok: the next job stages"
