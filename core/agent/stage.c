@@ -855,7 +855,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     struct sh_ctl *sub = NULL;
     struct sh_pmix_outcome po;
     const char **names = NULL;
-    char nspace[128], segsz[32], depth[32], tmo[32], ranks[16], stall[32];
+    char nspace[128], segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
     char outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
     unsigned char *ns = NULL;
@@ -911,6 +911,7 @@ again:
     snprintf(ranks, sizeof(ranks), "%u", npart);
     snprintf(stall, sizeof(stall), "%" PRIu64 "ms", a->cfg.stall_timeout_ns / 1000000);
     snprintf(depth, sizeof(depth), "%u", a->cfg.pipeline_depth);
+    snprintf(rahead, sizeof(rahead), "%u", a->cfg.read_ahead);
     snprintf(tmo, sizeof(tmo), "%" PRIu64 "s", secs);
     snprintf(env_jobid, sizeof(env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
     snprintf(env_jobid2, sizeof(env_jobid2), "SLURM_JOB_ID=%" PRIu64, a->in.jobid);
@@ -926,6 +927,7 @@ again:
             "--hash", sh_hash_name(a->cfg.hash),
             "--segment-size", segsz,
             "--pipeline-depth", depth,
+            "--read-ahead", rahead,
             "--timeout", tmo,
             "--json",
             "--expect-ranks", ranks,

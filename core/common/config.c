@@ -31,6 +31,7 @@ void sh_config_defaults(struct sh_config *cfg)
     /* measured: bench/results/segment-size.md (pipeline fill (N-1)*seg/B) */
     cfg->segment_size = SH_DEFAULT_SEGMENT_SIZE;
     cfg->pipeline_depth = SH_DEFAULT_PIPELINE_DEPTH;
+    cfg->read_ahead = 0;
     cfg->timeout_ns = 600 * NS_PER_S;
     cfg->stall_timeout_ns = SH_DEFAULT_STALL_NS;
     cfg->join_timeout_ns = SH_DEFAULT_JOIN_NS;
@@ -279,6 +280,11 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
             return bad(a, ERANGE, "must be between 1s and 1h");
         cfg->join_timeout_ns = u;
         return 0;
+    case 20:
+        if (parse_uint(a, 1, 64, &v) != 0)
+            return -1;
+        cfg->read_ahead = (unsigned)v;
+        return 0;
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -289,7 +295,7 @@ static const char *const keys[] = {
     "allowed_dest", "default_dest", "key_file", "agent", "engine",
     "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
-    "verbose", "allow_shared_dst", "stall_timeout", "join_timeout",
+    "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -306,6 +312,15 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
         errno = EINVAL;
         return -1;
     }
+    if (cfg->read_ahead > cfg->pipeline_depth) {
+        sh_errf(err, errlen, "read_ahead=%u: must not exceed pipeline_depth (%u)",
+                cfg->read_ahead, cfg->pipeline_depth);
+        errno = ERANGE;
+        return -1;
+    }
+    if (cfg->read_ahead == 0)
+        cfg->read_ahead = SH_DEFAULT_READ_AHEAD < cfg->pipeline_depth
+                              ? SH_DEFAULT_READ_AHEAD : cfg->pipeline_depth;
     if ((unsigned)cfg->port_base + cfg->port_range - 1 > 65535) {
         sh_errf(err, errlen, "port_base=%u port_range=%u: ports beyond 65535",
                cfg->port_base, cfg->port_range);

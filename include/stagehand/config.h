@@ -28,6 +28,8 @@
  *                 (case F09: "4G" is refused)
  * pipeline_depth  segments in flight per node, 1..64        8 bench/results/
  *                                                           segment-size.md)
+ * read_ahead      segments the reading node reads from SRC   4 (or the depth
+ *                 at once, 1..pipeline_depth                 if smaller)
  * timeout         overall staging deadline, 1s..24h         600s
  *                 (s/ms/m/h; keep it below PrologEpilogTimeout)
  * check           meta | content | size | never             meta
@@ -79,6 +81,7 @@ struct sh_config {
     unsigned fanout;
     uint64_t segment_size;       /* bytes */
     unsigned pipeline_depth;
+    unsigned read_ahead;         /* 1..pipeline_depth after parsing */
     uint64_t timeout_ns;
     uint64_t stall_timeout_ns;   /* transfer without progress fails; 0: off */
     uint64_t join_timeout_ns;    /* agents' rendezvous (control tree) bound, ns */

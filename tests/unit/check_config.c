@@ -52,6 +52,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.timeout_ns, 600ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.stall_timeout_ns, 60ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.join_timeout_ns, 30ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.read_ahead, 4);
     ck_assert_int_eq(cfg.check, SH_CHECK_META);
     ck_assert_int_eq(cfg.hash, SH_HASH_XXH3);
     ck_assert_int_eq(cfg.on_node_fault, SH_FAULT_FAIL);
@@ -80,6 +81,7 @@ START_TEST(every_key)
         "timeout=15m",
         "stall_timeout=10s",
         "join_timeout=45s",
+        "read_ahead=6",
         "check=content",
         "hash=sha256",
         "mpi_env=/etc/stagehand/mpi.env",
@@ -109,6 +111,7 @@ START_TEST(every_key)
     ck_assert_uint_eq(cfg.timeout_ns, 900ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.stall_timeout_ns, 10ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.join_timeout_ns, 45ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.read_ahead, 6);
     ck_assert_int_eq(cfg.check, SH_CHECK_CONTENT);
     ck_assert_int_eq(cfg.hash, SH_HASH_SHA256);
     ck_assert_str_eq(cfg.mpi_env, "/etc/stagehand/mpi.env");
@@ -190,6 +193,9 @@ static const struct bad_case bad[] = {
     { "join_timeout=0", NULL, ERANGE, "join_timeout=0: must be between 1s and 1h" },
     { "join_timeout=2h", NULL, ERANGE, "join_timeout=2h" },
     { "join_timeout=soon", NULL, EINVAL, "join_timeout=soon" },
+    { "read_ahead=0", NULL, ERANGE, "read_ahead=0" },
+    { "read_ahead=65", NULL, ERANGE, "read_ahead=65" },
+    { "read_ahead=two", NULL, EINVAL, "read_ahead=two" },
     { "stall_timeout=x", NULL, EINVAL, "stall_timeout=x: expected a duration" },
     { "check=always", NULL, EINVAL, "check=always: expected meta, content" },
     { "hash=md5", NULL, EINVAL, "hash=md5: expected xxh3 or sha256" },
@@ -344,6 +350,24 @@ START_TEST(default_dir)
 }
 END_TEST
 
+/* read_ahead: at most pipeline_depth; by default 4, or the depth if smaller. */
+START_TEST(read_ahead_and_depth)
+{
+    const char *over[] = { "allowed_dest=/nvme", "pipeline_depth=4", "read_ahead=8" };
+    const char *small[] = { "allowed_dest=/nvme", "pipeline_depth=2" };
+    struct sh_config cfg;
+    char err[512] = "";
+
+    errno = 0;
+    ck_assert_int_eq(sh_config_parse(&cfg, 3, over, err, sizeof(err)), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_msg(strstr(err, "read_ahead=8: must not exceed pipeline_depth (4)") != NULL,
+                  "%s", err);
+    ck_assert_int_eq(sh_config_parse(&cfg, 2, small, err, sizeof(err)), 0);
+    ck_assert_uint_eq(cfg.read_ahead, 2);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -356,6 +380,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, sizes_with_units);
     tcase_add_test(tc, dest_policy);
     tcase_add_test(tc, default_dir);
+    tcase_add_test(tc, read_ahead_and_depth);
     suite_add_tcase(s, tc);
     return s;
 }
