@@ -121,6 +121,23 @@ void sh_guard_start_watchdog(int rank)
     alarm(secs > 100000000 ? 100000000u : (unsigned)secs);
 }
 
+void sh_guard_limit_startup(uint64_t limit_ns)
+{
+    uint64_t now = sh_now_ns();
+    uint64_t dl = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
+    uint64_t next = now + limit_ns + 2000000000ULL;
+    int n;
+
+    if (limit_ns == 0 || next >= dl)
+        return;
+    n = snprintf(alarm_msg, sizeof(alarm_msg), "stagehand-bcast job=%s node=%s "
+                 "[start-up] error: MPI did not start within %llu s (--stall-timeout): "
+                 "another rank died or never started; exiting\n", sh_guard_jobid,
+                 sh_guard_host, (unsigned long long)((limit_ns + 2000000000ULL) / 1000000000ULL));
+    alarm_len = n > 0 && (size_t)n < sizeof(alarm_msg) ? (size_t)n : 0;
+    alarm((unsigned)((next - now + 999999999ULL) / 1000000000ULL));
+}
+
 /* Leave without MPI_Abort. Under Slurm an MPI_Abort ends the step with
  * SIGKILL (measured on the test cluster: a survivor's temp file stayed
  * behind), so the other ranks could not remove their temp files. Each rank

@@ -35,6 +35,12 @@ void sh_guard_install_signals(void);
  * thread has not ended the run itself, unlink the temp file and
  * _exit(SH_EXIT_TIMEOUT). Call again once @rank is known (re-arms). */
 void sh_guard_start_watchdog(int rank);
+/* Bound MPI start-up: until the next sh_guard_start_watchdog(), SIGALRM
+ * fires @limit_ns (ns; 0: no extra bound) + 2 s from now, or at the deadline
+ * backstop if sooner, with a message saying MPI did not start in time (a rank
+ * died or never started: without --kill-on-bad-exit srun leaves the others
+ * waiting inside MPI_Init). */
+void sh_guard_limit_startup(uint64_t limit_ns);
 
 /* Unlink the temp file, log, leave with SH_EXIT_TIMEOUT (no MPI_Abort: under
  * Slurm it SIGKILLs the other ranks before they can clean up). */

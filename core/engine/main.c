@@ -561,6 +561,9 @@ int main(int argc, char **argv)
     sh_guard_deadline_ns = r->t0 + r->o.timeout_ns;
     set_identity(-1);           /* the rank is known after MPI_Init */
     sh_guard_start_watchdog(-1);
+    /* A rank that dies in MPI_Init (Open MPI 4.1.4 does, now and then) leaves
+     * the others inside it: bound that by the stall limit, not the deadline. */
+    sh_guard_limit_startup(r->o.stall_ns);
 
     rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {

@@ -127,10 +127,10 @@ void sh_report_json(const struct sh_report *r, FILE *out)
             (unsigned long long)r->size, r->src_ok ? "true" : "false");
     sh_json_string(out, r->src_error);
     fprintf(out, ",\"algorithm\":\"%s\",\"segment_size\":%llu,"
-            "\"pipeline_depth\":%u,\"check\":\"%s\",\"verify\":\"%s\","
+            "\"pipeline_depth\":%u,\"read_ahead\":%u,\"check\":\"%s\",\"verify\":\"%s\","
             "\"hash\":\"%s\",\"digest\":\"%s\",",
             sh_algorithm_name(r->opts->algorithm),
-            (unsigned long long)r->opts->segment, r->opts->depth,
+            (unsigned long long)r->opts->segment, r->opts->depth, r->opts->read_ahead,
             sh_check_name(r->opts->check), sh_verify_name(r->opts->verify),
             sh_hash_name(r->opts->hash), hex);
     fprintf(out, "\"ranks\":%d,\"nodes\":%d,\"nodes_copied\":%d,"

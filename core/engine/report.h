@@ -90,7 +90,8 @@ const char *sh_phase_name(enum sh_phase p);
 void sh_report_text(const struct sh_report *r, FILE *out);
 /* Print the JSON summary (one object, newline-terminated) to @out:
  *   format (1), status ("ok"|"failed"), exit_code, source, dest, size,
- *   source_ok, source_error, algorithm, segment_size, pipeline_depth, check,
+ *   source_ok, source_error, algorithm, segment_size, pipeline_depth,
+ *   read_ahead (of the rank that wrote the summary), check,
  *   verify, hash, digest (hex, "" when no transfer), ranks, nodes,
  *   nodes_copied, nodes_current, nodes_failed, nodes_not_copied,
  *   bytes_transferred, rate_bytes_per_s,
