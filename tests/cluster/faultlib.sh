@@ -115,3 +115,18 @@ node_md5() {
 make_slow_source() {
     as_user sh -c "truncate -s $2M '$1' && head -c 1048576 /dev/urandom | dd of='$1' conv=notrunc status=none"
 }
+
+# On node @1 only (its own mount namespace), put a shell script with body @3
+# over the installed program @2: the script is /tmp/<@2's name>.<pid>.wrap
+# inside the node. Fails when the node cannot do it or the replacement is
+# visible outside the node. Undo with unwrap_on_node @1 @2.
+wrap_on_node() {
+    local w
+    w="/tmp/$(basename "$2").$$.wrap"
+    printf '#!/bin/sh\n%s\n' "$3" | on_node "$1" sh -c "cat >'$w' && chmod 755 '$w' && mount --bind '$w' '$2'" ||
+        return 1
+    [ "$(head -c 2 "$2")" != "#!" ] || { echo "wrap_on_node: $2 replaced outside $1" >&2; return 1; }
+}
+unwrap_on_node() {
+    on_node "$1" sh -c "umount '$2' 2>/dev/null; rm -f '/tmp/$(basename "$2").$$.wrap'"
+}

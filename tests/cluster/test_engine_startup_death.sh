@@ -6,6 +6,8 @@
 # message that says MPI did not start, and leave no file. Cases F21, F22.
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
 
 read -r _ victim _ <<<"$MINICLUSTER_NODES"
 [ -n "$victim" ] || skip "needs 2 nodes"
@@ -17,8 +19,7 @@ src=/shared/$tok.src
 dst=/nvme/$tok
 errf=$(mktemp)
 cleanup() {
-    on_node "$victim" umount "$engine" 2>/dev/null
-    on_node "$victim" rm -f "/tmp/$tok.wrap"
+    unwrap_on_node "$victim" "$engine"
     rm -f "$src" "$errf"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "$dst"; done
 }
@@ -27,9 +28,7 @@ make_user_file "$src" 1 || fail "cannot create $src"
 for n in $MINICLUSTER_NODES; do
     on_node "$n" sh -c "mkdir -p $dst && chown $MINICLUSTER_USER $dst" || fail "cannot create $dst on $n"
 done
-on_node "$victim" sh -c "printf '#!/bin/sh\nkill -SEGV \$\$\n' >/tmp/$tok.wrap && chmod 755 /tmp/$tok.wrap &&
-    mount --bind /tmp/$tok.wrap '$engine'" || fail "cannot wrap the engine on $victim"
-[ "$(head -c 2 "$engine")" != "#!" ] || fail "the wrapper leaked out of $victim's mount namespace"
+wrap_on_node "$victim" "$engine" 'kill -SEGV $$' || fail "cannot wrap the engine on $victim"
 
 t0=$SECONDS
 as_user timeout 120 srun -N"$k" --ntasks-per-node=1 --mpi=pmix "$engine" --source "$src" \

@@ -21,8 +21,8 @@ dst=/nvme/$tok/img
 src=/shared/$tok.img
 out=/shared/$tok.out
 cleanup() {
-    on_node "$victim" umount "$engine" 2>/dev/null
-    on_node "$victim" rm -f "/tmp/$tok.engine" "/tmp/$tok.wrap" "/tmp/$tok.once"
+    unwrap_on_node "$victim" "$engine"
+    on_node "$victim" rm -f "/tmp/$tok.engine" "/tmp/$tok.once"
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
@@ -30,13 +30,12 @@ cleanup() {
 trap cleanup EXIT
 make_user_file "$src" 8 || fail "cannot create $src"
 
-# On $victim only (its own mount namespace): the engine's first start dies of
-# SIGSEGV before MPI_Init; later starts run the real engine.
-on_node "$victim" sh -c "cp '$engine' /tmp/$tok.engine &&
-    printf '#!/bin/sh\nif [ ! -e /tmp/$tok.once ]; then : >/tmp/$tok.once; kill -SEGV \$\$; fi\nexec /tmp/$tok.engine \"\$@\"\n' >/tmp/$tok.wrap &&
-    chmod 755 /tmp/$tok.wrap /tmp/$tok.engine &&
-    mount --bind /tmp/$tok.wrap '$engine'" || fail "cannot wrap the engine on $victim"
-[ "$(head -c 2 "$engine")" != "#!" ] || fail "the wrapper leaked out of $victim's mount namespace"
+# On $victim only: the engine's first start dies of SIGSEGV before MPI_Init;
+# later starts run a copy of the real engine.
+on_node "$victim" sh -c "cp '$engine' /tmp/$tok.engine && chmod 755 /tmp/$tok.engine" ||
+    fail "cannot copy the engine on $victim"
+wrap_on_node "$victim" "$engine" "if [ ! -e /tmp/$tok.once ]; then : >/tmp/$tok.once; kill -SEGV \$\$; fi
+exec /tmp/$tok.engine \"\$@\"" || fail "cannot wrap the engine on $victim"
 off=$(log_offset "$victim")
 
 id=$(as_user sbatch --parsable -J "$tag" -N"$(echo "$MINICLUSTER_NODES" | wc -w)" -o "$out" \

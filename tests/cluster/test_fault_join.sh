@@ -22,7 +22,7 @@ dst=/nvme/$tok/img
 src=/shared/$tok.img
 out=/shared/$tok.out
 cleanup() {
-    on_node "$leader" umount "$agent" 2>/dev/null
+    unwrap_on_node "$leader" "$agent"
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
@@ -30,11 +30,9 @@ cleanup() {
 trap cleanup EXIT
 make_user_file "$src" 2 || fail "cannot create $src"
 
-# On the leader only (its own mount namespace), the agent is a program that
-# exits at once: no agent of this job ever listens there.
-on_node "$leader" sh -c "printf '#!/bin/sh\nexit 1\n' >/tmp/$tok.agent && chmod 755 /tmp/$tok.agent &&
-    mount --bind /tmp/$tok.agent '$agent'" || fail "cannot replace the agent on $leader"
-[ "$(head -c 2 "$agent")" != "#!" ] || fail "the replacement leaked out of $leader's mount namespace"
+# On the leader only: the agent is a program that exits at once, so no agent
+# of this job ever listens there.
+wrap_on_node "$leader" "$agent" "exit 1" || fail "cannot replace the agent on $leader"
 off=$(log_offset "$second")
 
 t0=$SECONDS
@@ -42,7 +40,7 @@ id=$(as_user sbatch --parsable -J "$tag" -N2 -w "$leader,$second" -o "$out" \
          --stage-image="$src:$dst" --wrap 'echo script-ran') || fail "sbatch: $id"
 st=$(wait_job_end "$id" 90)
 took=$((SECONDS - t0))
-on_node "$leader" umount "$agent" || fail "cannot restore the agent on $leader"
+unwrap_on_node "$leader" "$agent"
 [ "$st" = FAILED ] || fail "job $id ended $st after $took s: $(cat "$out" 2>/dev/null)"
 echo "job failed $took s after submission"
 [ "$took" -lt 75 ] || fail "job took $took s to fail: the others waited for the staging timeout"
