@@ -295,11 +295,13 @@ run_engine() { # size nodes rep alg src dst
     t1=$(now)
     s1=$(storage_rchar)
     if [ "$ok" = 1 ]; then
-        eng=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["seconds"]["total"] if d["status"]=="ok" and d["nodes_copied"]==d["nodes"] else "")' "$scratch/engine.json" 2>/dev/null || true)
+        # the engine's total and its own phase times (start-up/metadata/
+        # pre-check/transfer/verify/publish: where the time goes), one read
+        read -r eng phases < <(python3 -c 'import json,sys
+d = json.load(open(sys.argv[1])); s = d["seconds"]
+if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
+    print(s["total"], "/".join("%.3f" % s[k] for k in ("start-up", "metadata", "pre-check", "transfer", "verify", "publish")))' "$scratch/engine.json" 2>/dev/null || true) || true
         [ -n "$eng" ] || ok=0
-        # the engine's own phase times (start-up/metadata/pre-check/transfer/
-        # verify/publish): where the time goes
-        phases=$(python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["seconds"]; print("/".join("%.3f" % s[k] for k in ("start-up","metadata","pre-check","transfer","verify","publish")))' "$scratch/engine.json" 2>/dev/null || true)
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
     row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases"

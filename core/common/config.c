@@ -319,8 +319,7 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
         return -1;
     }
     if (cfg->read_ahead == 0)
-        cfg->read_ahead = SH_DEFAULT_READ_AHEAD < cfg->pipeline_depth
-                              ? SH_DEFAULT_READ_AHEAD : cfg->pipeline_depth;
+        cfg->read_ahead = sh_default_read_ahead(cfg->pipeline_depth);
     if ((unsigned)cfg->port_base + cfg->port_range - 1 > 65535) {
         sh_errf(err, errlen, "port_base=%u port_range=%u: ports beyond 65535",
                cfg->port_base, cfg->port_range);

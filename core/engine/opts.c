@@ -267,7 +267,6 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                     "depth (%u): each segment read needs its own buffer",
                     o->read_ahead, o->depth);
     if (o->read_ahead == 0)
-        o->read_ahead = SH_BCAST_DEFAULT_READ_AHEAD < o->depth
-                            ? SH_BCAST_DEFAULT_READ_AHEAD : o->depth;
+        o->read_ahead = sh_default_read_ahead(o->depth);
     return SH_OPTS_RUN;
 }

@@ -25,6 +25,12 @@ enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
  * an sshfs source idle for a round trip per segment (48 vs 59 MB/s on a
  * 60 MB/s link, bench/results/latest.md). */
 #define SH_DEFAULT_READ_AHEAD 4u
+/* Read-ahead when none is configured: SH_DEFAULT_READ_AHEAD, or @depth
+ * (segments) if smaller, since every read in flight needs a ring buffer. */
+static inline unsigned sh_default_read_ahead(unsigned depth)
+{
+    return SH_DEFAULT_READ_AHEAD < depth ? SH_DEFAULT_READ_AHEAD : depth;
+}
 #define SH_DEFAULT_STALL_NS (UINT64_C(60) * 1000000000u) /* ns, case F22 */
 /* How long an agent waits for the job's other agents to start and form the
  * control tree. Prologs start within a second of each other; a job cancelled
