@@ -154,16 +154,24 @@ def main():
         if a_ and b_:
             d = a_["med"] - b_["med"]
             md.append(f"\nAdded by the no-op: **{1000 * d:.0f} ms** (median difference).\n")
-            md.append("Where it goes (slurmd debug logs and strace of one job, 2026-11-30): the "
-                      "agents' own work is 10-20 ms (start-up 2-13 ms, control tree 5-20 ms "
-                      "waiting for the node whose slurmstepd started last, decision 3-5 ms). "
-                      "slurmd then notices the end of the prolog by polling: it checks 10, 30, "
-                      "70 and 150 ms after starting it, so a prolog that ends 31 ms after its "
-                      "start is seen at 70 ms. Without the option the prolog ends within "
-                      "10-30 ms; with it, on 8 emulated nodes whose slurmstepds start on the "
-                      "same 2 cores, it ends at 30-50 ms and is seen at 70 ms: 40-60 ms added, "
-                      "more while other work loads the host. On real nodes (own cores) the "
-                      "agent's part is a few ms.\n")
+            md.append("Where it goes (timestamps of one no-op job at N=8 in the slurmd logs "
+                      "at SlurmdDebug=debug, 2026-11-30 18:58 UTC; t = 0 when slurmd on n1 "
+                      "starts `slurmstepd spank prolog`): the job script starts once the batch "
+                      "host's (n1's) prolog has ended and its slurmd has noticed; slurmd "
+                      "notices by polling 10, 30, 70, 150 ms ... after the start (then every "
+                      "second), so a prolog that ends at 31 ms is seen at 70 ms. Without the "
+                      "option n1's prolog ends at about 25 ms (slurmstepd itself needs 23 ms to "
+                      "reach the plugins) and is seen at 30 ms. With it: the plugin starts the "
+                      "agent at 44 ms (7-29 ms after the plugin is entered on the 8 nodes: 8 "
+                      "slurmstepds and 8 agents start at once on the host's 2 cores), the "
+                      "agents' setup takes 2-13 ms, the control tree is complete when the last "
+                      "node's agent connects (58 ms; that node's slurmd started its prolog 22 "
+                      "ms after n1's), the decision takes 3 ms, n1's prolog ends at 66 ms and "
+                      "is seen at 70 ms: the job script started at 86 ms. So about 40 ms of "
+                      "prolog work, half of it waiting for a CPU, pushes the end past slurmd's "
+                      "30 ms poll to its 70 ms poll. On real nodes (own cores) the agent's part "
+                      "is a few ms and the rendezvous waits only for the slowest node's "
+                      "slurmd.\n")
             targets.append((f"no-op adds <= 50 ms median at N={n}", d <= 0.050,
                             f"{1000 * d:.0f} ms"))
 
