@@ -54,6 +54,7 @@
 /* The engine's exit code for a source error (SH_EXIT_SOURCE in
  * core/engine/report.h), as its JSON summary reports it ("exit_code"). */
 #define ENGINE_EXIT_SOURCE 3
+#define ENGINE_EXIT_DEST 4      /* a node could not stage DST (engine report.h) */
 
 /* Control-plane message tags. */
 enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
@@ -94,6 +95,8 @@ struct agent {
     /* outcome */
     bool failed;
     bool node_fault;
+    bool engine_crashed;     /* this node's engine died of a crash signal */
+    bool local_fault;        /* a local step failed with a node-fault errno */
     char message[SH_STATUS_LINE_MAX];
 };
 
@@ -818,9 +821,29 @@ static void sweep_own_temps(const struct agent *a, const char *dst)
     closedir(d);
 }
 
-/* PMIx fences Open MPI 4.1's MPI_Init performs (the modex and the closing
- * barrier, measured: 3 per run with MPI_Finalize's). */
-#define MPI_INIT_FENCES 2
+/* PMIx fences before the first byte moves: Open MPI 4.1's MPI_Init makes
+ * two (the modex and the closing barrier), the engine one more right after
+ * it (fence_after_mpi_init); 4 per run with MPI_Finalize's. */
+#define MPI_INIT_FENCES 3
+
+/* errno of a node's own failure that means the node is unwell (DESIGN.md
+ * §3: a local I/O error, DST's filesystem read-only or full, out of memory),
+ * not the user's doing (permissions, quota, another run holding the lock). */
+static bool node_fault_errno(int e)
+{
+    return e == EROFS || e == EIO || e == ENOSPC || e == EUCLEAN || e == ENOMEM ||
+           e == ENODEV || e == ENXIO;
+}
+
+/* waitpid(2) status @st: killed by a signal that means a crash (not one
+ * sent to stop it: SIGTERM/SIGKILL come from the deadline, from a peer's
+ * failure, or from outside). */
+static bool crash_signal(int st)
+{
+    return WIFSIGNALED(st) &&
+           (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS || WTERMSIG(st) == SIGILL ||
+            WTERMSIG(st) == SIGABRT || WTERMSIG(st) == SIGFPE);
+}
 
 /* An engine died of a crash signal before MPI_Init completed on every node:
  * nothing was read or written yet. Open MPI 4.1.4 occasionally segfaults
@@ -835,9 +858,7 @@ static int startup_crash(const struct sh_pmix_outcome *po, int *sig)
     for (uint32_t i = 0; i < po->nnodes; i++) {
         int st = po->node_status[i];
 
-        if (st >= 0 && WIFSIGNALED(st) &&
-            (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS || WTERMSIG(st) == SIGILL ||
-             WTERMSIG(st) == SIGABRT || WTERMSIG(st) == SIGFPE)) {
+        if (st >= 0 && crash_signal(st)) {
             *sig = WTERMSIG(st);
             return (int)i;
         }
@@ -901,6 +922,7 @@ again:
 
     snprintf(pmixdir, sizeof(pmixdir), "%s/pmix.%zu.%d", a->rundir, img, attempt);
     if (mkdir(pmixdir, 0700) != 0 && errno != EEXIST) {
+        a->local_fault = node_fault_errno(errno);
         snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
         goto out;
     }
@@ -1010,6 +1032,16 @@ again:
             goto again;
         }
         if (rc != 0) {
+            /* a crash of our own engine is this node's fault (on_node_fault);
+             * a kill (deadline, a peer's failure) is not */
+            a->engine_crashed = run_errno == EIO && po.local_status >= 0 &&
+                                crash_signal(po.local_status) &&
+                                startup_crash(&po, &sig) < 0;
+            /* the engine could not be executed here (exit 127: missing or
+             * broken installation on this node) */
+            a->local_fault = a->local_fault || (po.local_status >= 0 &&
+                                                WIFEXITED(po.local_status) &&
+                                                WEXITSTATUS(po.local_status) == 127);
             /* the outcome names every node already */
             *outcome = po.message[0] != '\0';
             snprintf(err, errlen, "%s", po.message[0] != '\0' ? po.message : strerror(run_errno));
@@ -1022,6 +1054,11 @@ out:
     free(names);
     return rc;
 }
+
+/* The engine's JSON summary has one entry of 200-400 bytes per node: room
+ * for some 40,000 nodes, in one buffer (the agent reads one at a time). */
+#define ENGINE_JSON_MAX (16u << 20)
+static char engine_json_buf[ENGINE_JSON_MAX];
 
 /* Read the engine's JSON summary (rank 0 writes it, so only node 0 has it)
  * into @buf. Returns the length, 0 when there is none. */
@@ -1191,6 +1228,61 @@ static void engine_failures(const char *json, char *buf, size_t len)
     }
 }
 
+/* Leader: the participants whose own failure in the engine's summary is a
+ * node fault (class DEST with a node-fault errno: a source error or a
+ * corrupted stream is never the receiving node's), as node indices "i,j" in
+ * @buf ("" for none). Engine rank r is participant @part[r]. */
+static void engine_node_faults(const char *json, const uint32_t *part, uint32_t npart,
+                               char *buf, size_t len)
+{
+    const char *q = strstr(json, "\"node_results\"");
+    size_t o = 0;
+
+    buf[0] = '\0';
+    while (q != NULL && (q = strstr(q, "\"rank\":")) != NULL) {
+        long rank = strtol(q + 7, NULL, 10);
+        const char *e = strstr(q, "\"errno\":");
+        char error[512];
+        int err, cls;
+
+        if (e == NULL)
+            break;
+        err = (int)strtol(e + 8, NULL, 10);
+        cls = (int)json_num(e, "exit_class", -1);
+        q = json_str(e, "error", error, sizeof(error));
+        if (q == NULL)
+            break;
+        if (error[0] == '\0' || strncmp(error, "not copied", 10) == 0 ||
+            cls != ENGINE_EXIT_DEST || !node_fault_errno(err) || rank < 0 ||
+            (uint64_t)rank >= npart)
+            continue;
+        if (o + 12 >= len) {
+            sh_warn("stage", "more nodes at fault than one message lists: only the "
+                    "first ones are reported as node faults");
+            break;
+        }
+        o += (size_t)snprintf(buf + o, len - o, "%s%u", o > 0 ? "," : "", part[rank]);
+    }
+}
+
+/* Is node @index in the comma-separated list @list? */
+static bool in_index_list(const char *list, uint32_t index)
+{
+    for (const char *p = list; *p != '\0';) {
+        char *end;
+        unsigned long v = strtoul(p, &end, 10);
+
+        if (end == p)
+            return false;
+        if (v == index)
+            return true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end != ',')
+            break;
+    }
+    return false;
+}
+
 /* Open DST's directory; its last component into @name. Returns the fd or -1. */
 static int open_dst_dir(const char *dst, char *name, size_t namelen)
 {
@@ -1245,16 +1337,16 @@ static int verify_copy_digest(struct agent *a, size_t img, const char *dst, bool
     if (copied)
         dst_digest(a, dst, since, mine);
     if (a->index == 0 && copied) {
-        static char json[65536];
+        char *json = engine_json_buf;
 
-        if (engine_json(a, img, json, sizeof(json)) > 0)
+        if (engine_json(a, img, json, ENGINE_JSON_MAX) > 0)
             json_str(json, "digest", ref, sizeof(ref));
         if (ref[0] == '\0')
             snprintf(ref, sizeof(ref), "%s", mine);
     }
     if (sh_ctl_bcast(a->ctl, ref, a->index == 0 ? (uint32_t)strlen(ref) : 0, &got, &glen,
                      a->deadline) != 0) {
-        set_failure(a, true, "lost the control plane (reference digest): %s", strerror(errno));
+        set_failure(a, false, "lost the control plane (reference digest): %s", strerror(errno));
         return -1;
     }
     if (glen > 0 && glen < sizeof(ref)) {
@@ -1302,6 +1394,7 @@ static void stage_image(struct agent *a, size_t img)
     int rc_plan;
     int64_t t0 = now_ns();
     bool outcome = false, leader_cause = false, source_fault = false, copied = false;
+    char faulty[256] = "";   /* leader: node indices at fault ("i,j") */
     int64_t engine_start;
     int len;
 
@@ -1327,7 +1420,7 @@ static void stage_image(struct agent *a, size_t img)
         if (sh_ctl_allgather(a->ctl, TAG_SRC, buf, (uint32_t)len, a->deadline, &first) != 0) {
             if (made)
                 marker_remove(a, img, dir);
-            set_failure(a, true, "lost the control plane (source metadata): %s",
+            set_failure(a, false, "lost the control plane (source metadata): %s",
                         strerror(errno));
             return;
         }
@@ -1374,7 +1467,7 @@ static void stage_image(struct agent *a, size_t img)
     if (sh_ctl_gather(a->ctl, TAG_VOTE, buf, (uint32_t)len, a->deadline, &votes) != 0) {
         if (made)
             marker_remove(a, img, dir);
-        set_failure(a, true, "lost the control plane (votes): %s", strerror(errno));
+        set_failure(a, false, "lost the control plane (votes): %s", strerror(errno));
         return;
     }
     /* 3. the leader plans: node 0 reads; nodes that need a copy receive. */
@@ -1461,7 +1554,7 @@ static void stage_image(struct agent *a, size_t img)
     if (made)
         marker_remove(a, img, dir);
     if (rc_plan != 0) {
-        set_failure(a, true, "lost the control plane (plan): %s", strerror(errno));
+        set_failure(a, false, "lost the control plane (plan): %s", strerror(errno));
         return;
     }
     {
@@ -1514,14 +1607,16 @@ static void stage_image(struct agent *a, size_t img)
      * per-node causes from the engine's summary and drops those. */
     if (mypos != UINT32_MAX &&
         run_engine(a, img, part, npart, mypos, &outcome, err, sizeof(err)) != 0) {
-        static char json[65536];
+        char *json = engine_json_buf;
         char reason[SH_STATUS_LINE_MAX / 2];
 
         sweep_own_temps(a, dst);
 
         reason[0] = '\0';
-        if (engine_json(a, img, json, sizeof(json)) > 0)
+        if (engine_json(a, img, json, ENGINE_JSON_MAX) > 0) {
             engine_failures(json, reason, sizeof(reason));
+            engine_node_faults(json, part, npart, faulty, sizeof(faulty));
+        }
         if (reason[0] != '\0')
             len = snprintf(buf, sizeof(buf), "fail %s", reason);
         else if (outcome)
@@ -1548,7 +1643,7 @@ static void stage_image(struct agent *a, size_t img)
 
         memset(&res, 0, sizeof(res));
         if (sh_ctl_gather(a->ctl, TAG_RESULT, buf, (uint32_t)len, a->deadline, &res) != 0) {
-            set_failure(a, true, "lost the control plane (results): %s", strerror(errno));
+            set_failure(a, false, "lost the control plane (results): %s", strerror(errno));
             return;
         }
         if (a->index == 0) {
@@ -1588,16 +1683,32 @@ static void stage_image(struct agent *a, size_t img)
                 others = true;
             }
             /* "failu": only the source failed, a user error */
-            if (o > 4 && source_fault && !others && o + 1 < sizeof(buf)) {
+            if (o > 4 && source_fault && !others && faulty[0] == '\0' &&
+                o + 1 < sizeof(buf)) {
                 memmove(buf + 5, buf + 4, o - 3);
                 buf[4] = 'u';
                 o++;
             }
+            /* "failx <nodes at fault> <text>": every node learns whether
+             * it is one of them (on_node_fault=drain drains only those) */
+            if (o > 5 && memcmp(buf, "fail ", 5) == 0) {
+                char head[sizeof(faulty) + 8];
+                size_t hn = (size_t)snprintf(head, sizeof(head), "failx %s ",
+                                             faulty[0] != '\0' ? faulty : "-");
+                size_t rest = strlen(buf + 5);
+
+                if (hn + rest >= sizeof(buf))
+                    rest = sizeof(buf) - 1 - hn;
+                memmove(buf + hn, buf + 5, rest);
+                memcpy(buf, head, hn);
+                buf[hn + rest] = '\0';
+                o = hn + rest;
+            }
             if (o == 0) {
-                static char json[65536];
+                char *json = engine_json_buf;
                 char summary[512];
 
-                engine_json(a, img, json, sizeof(json));
+                engine_json(a, img, json, ENGINE_JSON_MAX);
                 engine_summary(json, dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
                                summary, sizeof(summary));
                 o = (size_t)snprintf(buf, sizeof(buf), "ok %s", summary);
@@ -1608,7 +1719,7 @@ static void stage_image(struct agent *a, size_t img)
             len = 0;
         }
         if (sh_ctl_bcast(a->ctl, buf, (uint32_t)len, &fin, &flen, a->deadline) != 0) {
-            set_failure(a, true, "lost the control plane (outcome): %s", strerror(errno));
+            set_failure(a, false, "lost the control plane (outcome): %s", strerror(errno));
             return;
         }
         {
@@ -1622,9 +1733,19 @@ static void stage_image(struct agent *a, size_t img)
                 sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, text + 3);
                 sh_info("stage", "%s", text + 3);
             } else if (strncmp(text, "failu ", 6) == 0) {
-                set_failure(a, false, "image %s: %s", dst, text + 6);
+                set_failure(a, a->engine_crashed || a->local_fault, "image %s: %s", dst,
+                            text + 6);
+            } else if (strncmp(text, "failx ", 6) == 0) {
+                char *list = text + 6, *sp = strchr(list, ' ');
+                bool mine = a->engine_crashed || a->local_fault;
+
+                if (sp != NULL) {
+                    *sp = '\0';
+                    mine = mine || in_index_list(list, a->index);
+                }
+                set_failure(a, mine, "image %s: %s", dst, sp != NULL ? sp + 1 : list);
             } else {
-                set_failure(a, true, "image %s: %s", dst,
+                set_failure(a, a->engine_crashed || a->local_fault, "image %s: %s", dst,
                             strncmp(text, "fail ", 5) == 0 ? text + 5 : text);
             }
         }

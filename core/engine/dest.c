@@ -255,7 +255,9 @@ int sh_dest_verify(const struct sh_bcast_opts *o, const struct sh_sched *s,
     }
     if (x->digest_len != ref->digest_len ||
         memcmp(x->digest, ref->digest, (size_t)ref->digest_len) != 0) {
-        sh_node_fail(r, "verify", EIO, SH_EXIT_DEST,
+        /* EBADMSG, not EIO: the stream arrived corrupted, which is not
+         * this node's own I/O failing (the agent's on_node_fault) */
+        sh_node_fail(r, "verify", EBADMSG, SH_EXIT_DEST,
                      "%s digest of the received data differs from the reader's",
                      sh_hash_name(o->hash));
         return -1;
