@@ -821,10 +821,9 @@ static void sweep_own_temps(const struct agent *a, const char *dst)
     closedir(d);
 }
 
-/* PMIx fences before the first byte moves: Open MPI 4.1's MPI_Init makes
- * two (the modex and the closing barrier), the engine one more right after
- * it (fence_after_mpi_init); 4 per run with MPI_Finalize's. */
-#define MPI_INIT_FENCES 3
+/* PMIx fences Open MPI 4.1's MPI_Init performs (the modex and the closing
+ * barrier, measured: 3 per run with MPI_Finalize's). */
+#define MPI_INIT_FENCES 2
 
 /* errno of a node's own failure that means the node is unwell (DESIGN.md
  * §3: a local I/O error, DST's filesystem read-only or full, out of memory),

@@ -16,13 +16,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <mpi.h>
-/* The PMIx headers' inline helpers do not build cleanly under our warning
- * set (as in core/agent/pmix_host.c). */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wsign-conversion"
-#pragma GCC diagnostic ignored "-Wconversion"
-#include <pmix.h>
-#pragma GCC diagnostic pop
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,28 +106,6 @@ static int source_changed(int fd, const struct sh_src_id *src)
            (uint32_t)st.st_mtim.tv_nsec != src->mtime.nsec ||
            st.st_ctim.tv_sec != src->ctime.sec ||
            (uint32_t)st.st_ctim.tv_nsec != src->ctime.nsec;
-}
-
-/* Hold every rank until all have left MPI_Init, with one PMIx fence (PMIx
- * standard v3, PMIx_Fence over the whole namespace, no data). Open MPI 4.1.4
- * (Debian 12) now and then crashes a rank that is still inside MPI_Init when
- * a peer that has already left it sends the first message (SIGSEGV in the
- * TCP BTL's receive path; several ranks per 100 runs at 8 nodes on a loaded
- * host): PMIx releases a fence on each node at a slightly different moment,
- * so MPI_Init's own closing fence does not prevent that. After this fence
- * every rank has left MPI_Init. Open MPI uses the same libpmix (Debian's
- * pmix ext3x component), so PMIx_Init here only takes another reference on
- * its connection, and PMIx_Finalize drops it. */
-static void fence_after_mpi_init(void)
-{
-    pmix_proc_t me;
-
-    /* only ever another reference on Open MPI's own PMIx client; an Open
-     * MPI with a PMIx of its own, or a singleton, is left alone */
-    if (!PMIx_Initialized() || PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS)
-        return;
-    (void)PMIx_Fence(NULL, 0, NULL, 0);
-    (void)PMIx_Finalize(NULL, 0);
 }
 
 /* ---- main ------------------------------------------------------------- */
@@ -663,7 +634,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "stagehand-bcast: MPI_Init_thread failed\n");
         return SH_EXIT_INTERNAL;
     }
-    fence_after_mpi_init();     /* still under the start-up limit */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->wsize);
