@@ -88,3 +88,23 @@ assert_no_runtime_state() {
         [ -z "$left" ] || fail "$n: /run/stagehand still holds $left for job $1"
     done
 }
+
+# Engine tests (test_engine_*): sets engine (the installed stagehand-bcast), k
+# (the number of nodes), tag (@1), src=/shared/TAG.src, dst=/nvme/TAG/img and
+# errf (a temp file for the engine's stderr); on exit removes src, errf and
+# /nvme/TAG on every node.
+engine_test_init() {
+    engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
+    [ -x "$engine" ] || fail "$engine not installed"
+    k=$(echo "$MINICLUSTER_NODES" | wc -w)
+    tag=$1
+    src="/shared/$tag.src"
+    dst="/nvme/$tag/img"
+    errf=$(mktemp)
+    trap engine_test_cleanup EXIT
+}
+engine_test_cleanup() {
+    local n
+    rm -f "$src" "$errf"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
+}

@@ -5,26 +5,15 @@
 # next run sweeps the dead rank's temp file and succeeds. Cases F06, F21, F22.
 source "$(dirname "$0")/lib.sh"
 
-engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
-[ -x "$engine" ] || fail "$engine not installed"
-k=$(echo "$MINICLUSTER_NODES" | wc -w)
+engine_test_init "eng_kill.$$"
 [ "$k" -ge 3 ] || skip "needs 3 nodes"
 read -r _ victim _ <<<"$MINICLUSTER_NODES"
-tag="eng_kill.$$"
-src="/shared/$tag.src"
-dst="/nvme/$tag/img"
-outf=$(mktemp)
-cleanup() {
-    rm -f "$src" "$outf"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
-}
-trap cleanup EXIT
 as_user truncate -s 1G "$src" || fail "cannot create $src"
 
 start=$(date +%s)
 # small segments and a shallow ring keep the transfer going for a while
 as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" --source "$src" \
-    --dest "$dst" --segment-size=256K --pipeline-depth=2 --timeout=10s >"$outf" 2>&1 &
+    --dest "$dst" --segment-size=256K --pipeline-depth=2 --timeout=10s >"$errf" 2>&1 &
 srun_pid=$!
 
 # The temp name carries host and pid: .img.stage.<job>.<host>.<pid>.tmp
@@ -38,7 +27,7 @@ for _ in $(seq 1 200); do
     fi
     sleep 0.05
 done
-[ -n "$pid" ] || { kill "$srun_pid" 2>/dev/null; fail "no temp file appeared on $victim: $(cat "$outf")"; }
+[ -n "$pid" ] || { kill "$srun_pid" 2>/dev/null; fail "no temp file appeared on $victim: $(cat "$errf")"; }
 sleep 0.3
 kill -9 "$pid" || fail "cannot kill engine pid $pid on $victim"
 wait "$srun_pid"

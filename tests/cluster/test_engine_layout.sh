@@ -6,19 +6,8 @@
 # per node, written by one writer per node.
 source "$(dirname "$0")/lib.sh"
 
-engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
-[ -x "$engine" ] || fail "$engine not installed"
-k=$(echo "$MINICLUSTER_NODES" | wc -w)
+engine_test_init "eng_layout.$$"
 [ "$k" -ge 2 ] || skip "needs 2 nodes"
-tag="eng_layout.$$"
-src="/shared/$tag.src"
-dst="/nvme/$tag/img"
-errf=$(mktemp)
-cleanup() {
-    rm -f "$src" "$errf"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
-}
-trap cleanup EXIT
 # 5 segments of 1 MiB and a partial one
 as_user sh -c "head -c 5500000 /dev/urandom > $src" || fail "cannot write $src"
 want=$(sha256sum <"$src" | cut -d' ' -f1)

@@ -3,18 +3,7 @@
 # nothing (same inode on every node); the summary says so. DESIGN.md §2.4.
 source "$(dirname "$0")/lib.sh"
 
-engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
-[ -x "$engine" ] || fail "$engine not installed"
-k=$(echo "$MINICLUSTER_NODES" | wc -w)
-tag="eng_noop.$$"
-src="/shared/$tag.src"
-dst="/nvme/$tag/img"
-errf=$(mktemp)
-cleanup() {
-    rm -f "$src" "$errf"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
-}
-trap cleanup EXIT
+engine_test_init "eng_noop.$$"
 as_user sh -c "head -c 2000000 /dev/urandom > $src" || fail "cannot write $src"
 run() {
     as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \

@@ -5,20 +5,9 @@
 # untouched. Cases F05, F29 (current nodes do not rewrite).
 source "$(dirname "$0")/lib.sh"
 
-engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
-[ -x "$engine" ] || fail "$engine not installed"
-k=$(echo "$MINICLUSTER_NODES" | wc -w)
+engine_test_init "eng_partial.$$"
 [ "$k" -ge 3 ] || skip "needs 3 nodes"
 read -r first second third _ <<<"$MINICLUSTER_NODES"
-tag="eng_partial.$$"
-src="/shared/$tag.src"
-dst="/nvme/$tag/img"
-errf=$(mktemp)
-cleanup() {
-    rm -f "$src" "$errf"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
-}
-trap cleanup EXIT
 as_user sh -c "head -c 3000000 /dev/urandom > $src" || fail "cannot write $src"
 want=$(sha256sum <"$src" | cut -d' ' -f1)
 run() {
