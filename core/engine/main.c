@@ -653,7 +653,8 @@ int main(int argc, char **argv)
     if (r->o.source_rank >= r->wsize) {
         if (r->rank == 0)
             fprintf(stderr, "stagehand-bcast: --source-rank=%d: the job has "
-                    "only %d rank(s)\n", r->o.source_rank, r->wsize);
+                    "only %d rank(s), 0 to %d\n", r->o.source_rank, r->wsize,
+                    r->wsize - 1);
         MPI_Finalize();
         return SH_EXIT_USAGE;
     }

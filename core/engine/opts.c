@@ -213,8 +213,8 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
             break;
         case OPT_SOURCE_RANK:
             if (parse_uint(optarg, (unsigned long)INT_MAX, &v) != 0)
-                return fail(err, errlen, "--source-rank=%s: expected a "
-                            "non-negative integer", optarg);
+                return fail(err, errlen, "--source-rank=%s: expected a rank "
+                            "from 0 to %d", optarg, INT_MAX);
             o->source_rank = (int)v;
             break;
         case OPT_READ_AHEAD:
