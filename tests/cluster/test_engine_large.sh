@@ -29,7 +29,7 @@ for off in $markers; do
     printf 'Z' | as_user dd of="$src" bs=1 seek="$off" conv=notrunc 2>/dev/null
 done
 
-out=$(as_user srun --mpi=pmix -N2 --ntasks-per-node=1 "$engine" --source "$src" \
+out=$(pmix_srun -N2 --ntasks-per-node=1 "$engine" --source "$src" \
     --dest "$dst" --segment-size=64M --timeout=120s 2>"$errf") ||
     fail "engine failed: $out $(cat "$errf")"
 printf '%s\n' "$out" | grep -q "2 copied" || fail "not copied to 2 nodes: $out"

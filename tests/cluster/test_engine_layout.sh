@@ -30,14 +30,14 @@ check() { # label json ranks: every node copied, one writer per node
 }
 
 # 1. one rank per node, reader rank 0: no communicator is built
-out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" -vv --timeout=60s \
+out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" -vv --timeout=60s \
     --source "$src" --dest "$dst" --json 2>"$errf") || fail "1 rank/node failed: $out $(cat "$errf")"
 check "1 rank/node" "$out" "$k"
 grep -q 'one rank per host: the writers are MPI_COMM_WORLD' "$errf" ||
     fail "1 rank/node did not use MPI_COMM_WORLD: $(grep start-up "$errf")"
 
 # 2. two ranks on every node: ranks grouped by host, one writer each
-out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=2 "$engine" -vv --timeout=60s \
+out=$(pmix_srun -N"$k" --ntasks-per-node=2 "$engine" -vv --timeout=60s \
     --source "$src" --dest "$dst" --json 2>"$errf") || fail "2 ranks/node failed: $out $(cat "$errf")"
 check "2 ranks/node" "$out" $((2 * k))
 grep -q 'several ranks on one host: grouping ranks by host' "$errf" ||
@@ -45,7 +45,7 @@ grep -q 'several ranks on one host: grouping ranks by host' "$errf" ||
 [ "$(grep -c '\] writer;' "$errf")" = "$k" ] || fail "2 ranks/node: not one writer per node: $(grep start-up "$errf")"
 
 # 3. the reader is rank 1 (on the second node)
-out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" -vv --timeout=60s \
+out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" -vv --timeout=60s \
     --source-rank=1 --source "$src" --dest "$dst" --json 2>"$errf") ||
     fail "--source-rank=1 failed: $out $(cat "$errf")"
 check "--source-rank=1" "$out" "$k"

@@ -6,7 +6,7 @@ source "$(dirname "$0")/lib.sh"
 engine_test_init "eng_noop.$$"
 as_user sh -c "head -c 2000000 /dev/urandom > $src" || fail "cannot write $src"
 run() {
-    as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
+    pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
         --timeout=60s --source "$src" --dest "$dst" --json 2>"$errf"
 }
 field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
@@ -32,7 +32,7 @@ out=$(as_user env STAGEHAND_META_SIDECAR=1 srun --mpi=pmix -N"$k" --ntasks-per-n
     "$engine" --timeout=60s --source "$src" --dest "$dst.side" --json 2>"$errf") ||
     fail "sidecar run failed: $out $(cat "$errf")"
 printf '%s' "$out" | grep -q '"metadata":"sidecar"' || fail "sidecar not used: $out"
-out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
+out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
     --timeout=60s --source "$src" --dest "$dst.side" --json 2>"$errf") || fail "sidecar rerun failed: $out $(cat "$errf")"
 [ "$(printf '%s' "$out" | field nodes_current)" = "$k" ] || fail "sidecar copy not current: $out"
 wait_nodes_idle || fail "nodes not idle"

@@ -11,7 +11,7 @@ read -r first second third _ <<<"$MINICLUSTER_NODES"
 as_user sh -c "head -c 3000000 /dev/urandom > $src" || fail "cannot write $src"
 want=$(sha256sum <"$src" | cut -d' ' -f1)
 run() {
-    as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
+    pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
         --timeout=60s --source "$src" --dest "$dst" --json 2>"$errf"
 }
 # status of node $2 in JSON $1
@@ -44,7 +44,7 @@ done
 
 # 3. --check=content also catches a change that kept size and mtime
 on_node_as_user "$first" sh -c "m=\$(stat -c %y $dst); printf YYYY | dd of=$dst bs=1 seek=10 conv=notrunc 2>/dev/null; touch -d \"\$m\" $dst"
-out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" --timeout=60s --source "$src" \
+out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" --timeout=60s --source "$src" \
     --dest "$dst" --check=content --json 2>"$errf") || fail "content run failed: $out $(cat "$errf")"
 [ "$(status_of "$out" "$first")" = copied ] || fail "content check missed $first: $out"
 [ "$(on_node "$first" sha256sum "$dst" | cut -d' ' -f1)" = "$want" ] || fail "$first content"

@@ -33,7 +33,7 @@ for alg in chain bcast; do
     [ "$alg" = bcast ] && list="1 $((seg + 1)) $((3 * 1048576 + 1))"
     for size in $list; do
         f="f$size.$alg"
-        out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
+        out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
             --source "$src/f$size" --dest "$dst/$f" --segment-size=$seg \
             --pipeline-depth=2 --algorithm=$alg --timeout=60s --json 2>"$errf") ||
             fail "size $size ($alg): engine failed: $out $(cat "$errf")"
@@ -57,7 +57,7 @@ want=$(sha256sum <"$src/f$size" | cut -d' ' -f1)
 for ra in "1 2" "16 16"; do
     set -- $ra
     f="ra$1.f$size"
-    out=$(as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" \
+    out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
         --source "$src/f$size" --dest "$dst/$f" --segment-size=$seg \
         --read-ahead="$1" --pipeline-depth="$2" --timeout=60s --json 2>"$errf") ||
         fail "read-ahead $1: engine failed: $out $(cat "$errf")"
