@@ -95,8 +95,9 @@ struct agent {
     /* outcome */
     bool failed;
     bool node_fault;
-    bool engine_crashed;     /* this node's engine died of a crash signal */
-    bool local_fault;        /* a local step failed with a node-fault errno */
+    bool own_fault;          /* this node's own engine crashed (not the known
+                              * start-up crash) or a local step failed with
+                              * a node-fault errno: on_node_fault applies */
     char message[SH_STATUS_LINE_MAX];
 };
 
@@ -921,7 +922,7 @@ again:
 
     snprintf(pmixdir, sizeof(pmixdir), "%s/pmix.%zu.%d", a->rundir, img, attempt);
     if (mkdir(pmixdir, 0700) != 0 && errno != EEXIST) {
-        a->local_fault = node_fault_errno(errno);
+        a->own_fault = node_fault_errno(errno);
         snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
         goto out;
     }
@@ -1031,16 +1032,15 @@ again:
             goto again;
         }
         if (rc != 0) {
-            /* a crash of our own engine is this node's fault (on_node_fault);
-             * a kill (deadline, a peer's failure) is not */
-            a->engine_crashed = run_errno == EIO && po.local_status >= 0 &&
-                                crash_signal(po.local_status) &&
-                                startup_crash(&po, &sig) < 0;
-            /* the engine could not be executed here (exit 127: missing or
-             * broken installation on this node) */
-            a->local_fault = a->local_fault || (po.local_status >= 0 &&
-                                                WIFEXITED(po.local_status) &&
-                                                WEXITSTATUS(po.local_status) == 127);
+            /* this node's fault (on_node_fault): our own engine crashed, or
+             * could not be executed here (exit 127: missing or broken
+             * installation); a kill (deadline, a peer's failure) is not */
+            if (po.local_status >= 0)
+                a->own_fault = a->own_fault ||
+                               (run_errno == EIO && crash_signal(po.local_status) &&
+                                startup_crash(&po, &sig) < 0) ||
+                               (WIFEXITED(po.local_status) &&
+                                WEXITSTATUS(po.local_status) == 127);
             /* the outcome names every node already */
             *outcome = po.message[0] != '\0';
             snprintf(err, errlen, "%s", po.message[0] != '\0' ? po.message : strerror(run_errno));
@@ -1057,25 +1057,26 @@ out:
 /* The engine's JSON summary has one entry of 200-400 bytes per node: room
  * for some 40,000 nodes, in one buffer (the agent reads one at a time). */
 #define ENGINE_JSON_MAX (16u << 20)
-static char engine_json_buf[ENGINE_JSON_MAX];
 
-/* Read the engine's JSON summary (rank 0 writes it, so only node 0 has it)
- * into @buf. Returns the length, 0 when there is none. */
-static size_t engine_json(const struct agent *a, size_t img, char *buf, size_t len)
+/* Read the engine's JSON summary (rank 0 writes it, so only node 0 has it).
+ * Returns it in a static buffer, valid until the next call; "" when there is
+ * none. */
+static const char *engine_json(const struct agent *a, size_t img)
 {
+    static char buf[ENGINE_JSON_MAX];
     char path[PATH_MAX];
-    size_t n = 0;
+    size_t n;
     FILE *f;
 
     buf[0] = '\0';
     snprintf(path, sizeof(path), "%s/engine.%zu.json", a->rundir, img);
     f = fopen(path, "r");
     if (f == NULL)
-        return 0;
-    n = fread(buf, 1, len - 1, f);
+        return buf;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
     buf[n] = '\0';
     fclose(f);
-    return n;
+    return buf;
 }
 
 /* The number after "key": in @json (first occurrence at or after @from), or
@@ -1239,16 +1240,14 @@ static void engine_node_faults(const char *json, const uint32_t *part, uint32_t 
 
     buf[0] = '\0';
     while (q != NULL && (q = strstr(q, "\"rank\":")) != NULL) {
-        long rank = strtol(q + 7, NULL, 10);
-        const char *e = strstr(q, "\"errno\":");
+        /* an entry's fields in the engine's order: rank, errno, exit_class,
+         * error (core/engine/report.c) */
+        long rank = (long)json_num(q, "rank", -1);
+        int err = (int)json_num(q, "errno", 0);
+        int cls = (int)json_num(q, "exit_class", -1);
         char error[512];
-        int err, cls;
 
-        if (e == NULL)
-            break;
-        err = (int)strtol(e + 8, NULL, 10);
-        cls = (int)json_num(e, "exit_class", -1);
-        q = json_str(e, "error", error, sizeof(error));
+        q = json_str(q, "error", error, sizeof(error));
         if (q == NULL)
             break;
         if (error[0] == '\0' || strncmp(error, "not copied", 10) == 0 ||
@@ -1336,10 +1335,7 @@ static int verify_copy_digest(struct agent *a, size_t img, const char *dst, bool
     if (copied)
         dst_digest(a, dst, since, mine);
     if (a->index == 0 && copied) {
-        char *json = engine_json_buf;
-
-        if (engine_json(a, img, json, ENGINE_JSON_MAX) > 0)
-            json_str(json, "digest", ref, sizeof(ref));
+        json_str(engine_json(a, img), "digest", ref, sizeof(ref));
         if (ref[0] == '\0')
             snprintf(ref, sizeof(ref), "%s", mine);
     }
@@ -1606,13 +1602,14 @@ static void stage_image(struct agent *a, size_t img)
      * per-node causes from the engine's summary and drops those. */
     if (mypos != UINT32_MAX &&
         run_engine(a, img, part, npart, mypos, &outcome, err, sizeof(err)) != 0) {
-        char *json = engine_json_buf;
+        const char *json;
         char reason[SH_STATUS_LINE_MAX / 2];
 
         sweep_own_temps(a, dst);
 
         reason[0] = '\0';
-        if (engine_json(a, img, json, ENGINE_JSON_MAX) > 0) {
+        json = engine_json(a, img);
+        if (json[0] != '\0') {
             engine_failures(json, reason, sizeof(reason));
             engine_node_faults(json, part, npart, faulty, sizeof(faulty));
         }
@@ -1704,11 +1701,9 @@ static void stage_image(struct agent *a, size_t img)
                 o = hn + rest;
             }
             if (o == 0) {
-                char *json = engine_json_buf;
                 char summary[512];
 
-                engine_json(a, img, json, ENGINE_JSON_MAX);
-                engine_summary(json, dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
+                engine_summary(engine_json(a, img), dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
                                summary, sizeof(summary));
                 o = (size_t)snprintf(buf, sizeof(buf), "ok %s", summary);
             }
@@ -1732,11 +1727,10 @@ static void stage_image(struct agent *a, size_t img)
                 sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, text + 3);
                 sh_info("stage", "%s", text + 3);
             } else if (strncmp(text, "failu ", 6) == 0) {
-                set_failure(a, a->engine_crashed || a->local_fault, "image %s: %s", dst,
-                            text + 6);
+                set_failure(a, a->own_fault, "image %s: %s", dst, text + 6);
             } else if (strncmp(text, "failx ", 6) == 0) {
                 char *list = text + 6, *sp = strchr(list, ' ');
-                bool mine = a->engine_crashed || a->local_fault;
+                bool mine = a->own_fault;
 
                 if (sp != NULL) {
                     *sp = '\0';
@@ -1744,7 +1738,7 @@ static void stage_image(struct agent *a, size_t img)
                 }
                 set_failure(a, mine, "image %s: %s", dst, sp != NULL ? sp + 1 : list);
             } else {
-                set_failure(a, a->engine_crashed || a->local_fault, "image %s: %s", dst,
+                set_failure(a, a->own_fault, "image %s: %s", dst,
                             strncmp(text, "fail ", 5) == 0 ? text + 5 : text);
             }
         }

@@ -148,8 +148,7 @@ struct run {
     uint64_t t[SH_PH_COUNT + 1];    /* start of each phase, then the end */
     int rank, wsize, is_reader, is_writer;
     int lrank, lsize;               /* among the writers (one per node) */
-    MPI_Comm node_comm, leaders;
-    int leaders_is_world;           /* leaders is MPI_COMM_WORLD */
+    MPI_Comm node_comm, leaders;    /* leaders may be MPI_COMM_WORLD */
     uint64_t md[MD_WORDS];
     struct sh_src_id src;
     struct sh_sched sched;
@@ -222,7 +221,6 @@ static void phase_startup(struct run *r)
     if (r->o.source_rank == 0 && (is_fake || one_rank_per_host(r))) {
         r->is_writer = 1;
         r->leaders = MPI_COMM_WORLD;    /* not freed */
-        r->leaders_is_world = 1;
         r->lrank = r->rank;
         r->lsize = r->wsize;
         sh_debug("start-up", "one rank per host: the writers are MPI_COMM_WORLD");
@@ -690,7 +688,7 @@ int main(int argc, char **argv)
     free(r->votes);
     free(r->results);
     free(r->roles);
-    if (r->leaders != MPI_COMM_NULL && !r->leaders_is_world)
+    if (r->leaders != MPI_COMM_NULL && r->leaders != MPI_COMM_WORLD)
         MPI_Comm_free(&r->leaders);
     if (r->node_comm != MPI_COMM_NULL)
         MPI_Comm_free(&r->node_comm);

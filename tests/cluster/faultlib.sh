@@ -127,6 +127,6 @@ wrap_on_node() {
         return 1
     [ "$(head -c 2 "$2")" != "#!" ] || { echo "wrap_on_node: $2 replaced outside $1" >&2; return 1; }
 }
-unwrap_on_node() {
-    on_node "$1" sh -c "umount '$2' 2>/dev/null; rm -f '/tmp/$(basename "$2").$$.wrap'"
+unwrap_on_node() { # fails when the program could not be restored (umount)
+    on_node "$1" sh -c "umount '$2' 2>/dev/null; rc=\$?; rm -f '/tmp/$(basename "$2").$$.wrap'; exit \$rc"
 }

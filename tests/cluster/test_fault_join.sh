@@ -40,7 +40,7 @@ id=$(as_user sbatch --parsable -J "$tag" -N2 -w "$leader,$second" -o "$out" \
          --stage-image="$src:$dst" --wrap 'echo script-ran') || fail "sbatch: $id"
 st=$(wait_job_end "$id" 90)
 took=$((SECONDS - t0))
-unwrap_on_node "$leader" "$agent"
+unwrap_on_node "$leader" "$agent" || fail "cannot restore the agent on $leader"
 [ "$st" = FAILED ] || fail "job $id ended $st after $took s: $(cat "$out" 2>/dev/null)"
 echo "job failed $took s after submission"
 [ "$took" -lt 75 ] || fail "job took $took s to fail: the others waited for the staging timeout"
