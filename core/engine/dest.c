@@ -4,6 +4,7 @@
 #include "dest.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +23,37 @@
 
 #define TMPFS_MAGIC_NR 0x01021994
 #define STALE_TEMP_AGE_S (24u * 3600u)
+
+/* Whether the tmpfs holding @dirfd allocates huge pages: the super options of
+ * its mount in /proc/self/mountinfo (proc(5)) carry huge= other than never.
+ * Answers true when that cannot be told (no hint is better than a wrong one). */
+static bool tmpfs_huge_pages(int dirfd)
+{
+    struct statx stx;
+    char line[4096];
+    bool huge = true;
+    FILE *f;
+
+    if (statx(dirfd, "", AT_EMPTY_PATH, STATX_MNT_ID, &stx) != 0 ||
+        !(stx.stx_mask & STATX_MNT_ID))
+        return true;
+    f = fopen("/proc/self/mountinfo", "re");
+    if (f == NULL)
+        return true;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long long id;
+        const char *super;
+
+        if (sscanf(line, "%llu", &id) != 1 || id != stx.stx_mnt_id)
+            continue;
+        super = strstr(line, " - ");
+        huge = super != NULL && strstr(super, "huge=") != NULL &&
+               strstr(super, "huge=never") == NULL;
+        break;
+    }
+    fclose(f);
+    return huge;
+}
 
 void sh_vote_error(struct sh_node_vote *v, int err, const char *fmt, ...)
 {
@@ -174,8 +206,14 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
             return;
         }
     }
-    if (fstatfs(d->dirfd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC_NR)
-        sh_info("pre-check", "%s is on tmpfs: the copy uses memory", o->dest);
+    if (fstatfs(d->dirfd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC_NR) {
+        if (tmpfs_huge_pages(d->dirfd))
+            sh_info("pre-check", "%s is on tmpfs: the copy uses memory", o->dest);
+        else
+            sh_info("pre-check", "%s is on tmpfs: the copy uses memory, and preallocating "
+                    "it allocates every 4 KiB page (about 0.2-0.3 s of CPU per GiB; a "
+                    "tmpfs mounted with huge=within_size allocates 2 MiB pages)", o->dest);
+    }
     if (sh_publish_begin(&sh_guard_pub, NULL, d->dirfd, d->name, sh_guard_jobid,
                          sh_guard_host, sched->size, 0644) != 0) {
         char need[32];
