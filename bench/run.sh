@@ -38,11 +38,13 @@
 # test cluster nor /opt/stagehand are touched. Needs root, like minicluster.
 #
 # Shaping (minicluster shape): every node link RATE each way (--link, default
-# 500mbit) and the storage host's egress (--storage, default 100mbps, i.e.
-# 1.6 x the link as in the issue's 200 MB/s : 1 Gbit/s). The defaults come
-# from the calibration recorded in bench/results: on the 2-core host a raw TCP
-# chain over 8 nodes reaches only ~65-100 MB/s, so 1 Gbit/s links would
-# measure the CPUs, not the fabric. Every run prints its own calibration.
+# 400mbit) and the storage host's egress (--storage, default 100mbps, i.e.
+# 2 x the link; the issue's example is 200 MB/s : 1 Gbit/s = 1.6 x). The
+# defaults come from the calibration recorded in bench/results: on the 2-core
+# host a raw TCP chain over 8 nodes (every hop forwarding and writing) reaches
+# only ~65-100 MB/s unshaped; at 500mbit it reached 93 % of the link (the cores
+# were partly in the way), at 400mbit 97 %. The run warns below 95 %. Every
+# run prints its own calibration.
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,7 +57,7 @@ mc="$top/contrib/minicluster/minicluster"
 
 smoke=0 build=1 keep=0
 sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
-link=500mbit storage=100mbps
+link=400mbit storage=100mbps
 methods="plugin chain bcast sbcast cp noop"
 out="$top/bench/results"
 while [ $# -gt 0 ]; do
@@ -270,7 +272,7 @@ limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
     echo "  CPU check        raw TCP chain over $maxn nodes (each hop forwards + writes): $B_chain MB/s"
     echo "  physical limit   S / min(storage, link, local write) = S / $limit_rate MB/s"
 } | tee "$out/latest.calib.txt" >&2
-awk -v c="$B_chain" -v l="$B_link" 'BEGIN { exit !(c < 0.9 * l) }' &&
+awk -v c="$B_chain" -v l="$B_link" 'BEGIN { exit !(c < 0.95 * l) }' &&
     say "WARNING: the raw chain reaches only $B_chain of $B_link MB/s: the CPUs limit at this link rate (use a lower --link)"
 fi
 
@@ -420,6 +422,20 @@ run_noop() { # size nodes reps src dst: option with all nodes current vs none
 }
 
 has() { [[ " $methods " == *" $1 "* ]]; }
+
+# Warm-up, not recorded: one staging of the largest size to every node. The
+# test host is a VM whose memory the hypervisor backs on first touch, and the
+# nodes' /nvme tmpfs takes 2 MiB pages: the first run after start-up touched
+# fresh memory and took 2-6 s longer (1 GiB, N=8) than every later run.
+if [ "$smoke" = 0 ]; then
+    wsize=$(printf '%s\n' $sizes | sort -n | tail -1)
+    wsrc=$(mk_source "$wsize")
+    say "warm-up: one staging of $wsize MiB to $maxn nodes (not recorded)"
+    batch_job "$maxn" "$wsrc" /nvme/bench/warm-up.img 1 >/dev/null
+    rm -f "$STATE/export/bench-$wsize.img"
+    clean_dst
+fi
+
 for size in $sizes; do
     src=$(mk_source "$size")
     dst=/nvme/bench/img-$size.img
