@@ -46,6 +46,30 @@ static void cleanup_at_exit(void)
     sh_publish_signal_cleanup(&sh_guard_pub);
 }
 
+/* A crash (in Open MPI when a peer vanished, or ours) must not leave the temp
+ * file behind either: remove it, put back the handler that was installed
+ * before ours (Open MPI's, which prints a backtrace, or the default) and
+ * raise the signal again; it is delivered when this handler returns, so the
+ * process still ends by that signal (core dump, the agent's crash check). */
+static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
+static struct sigaction crash_prev[sizeof(crash_signals) / sizeof(crash_signals[0])];
+
+static void on_crash(int sig, siginfo_t *info, void *ctx)
+{
+    (void)ctx;
+    sh_publish_signal_cleanup(&sh_guard_pub);
+    for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++) {
+        if (crash_signals[i] == sig) {
+            sigaction(sig, &crash_prev[i], NULL);
+            break;
+        }
+    }
+    /* A fault (si_code > 0, from the kernel) recurs when the instruction runs
+     * again, with its own siginfo for the next handler; a sent signal does not. */
+    if (sig == SIGABRT || info == NULL || info->si_code <= 0)
+        raise(sig);
+}
+
 void sh_guard_install_signals(void)
 {
     struct sigaction sa;
@@ -56,6 +80,10 @@ void sh_guard_install_signals(void)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_SIGINFO;
+    for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++)
+        sigaction(crash_signals[i], &sa, &crash_prev[i]);
     atexit(cleanup_at_exit);
 }
 
