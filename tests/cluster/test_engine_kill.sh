@@ -39,7 +39,7 @@ for n in $MINICLUSTER_NODES; do
     on_node "$n" test ! -e "$dst" || fail "$dst exists on $n after a failed run"
     if [ "$n" != "$victim" ]; then
         left=$(on_node "$n" sh -c "ls -A /nvme/$tag 2>/dev/null | grep '\.tmp\$'" || true)
-        [ -z "$left" ] || fail "survivor $n left a temp file: $left"
+        [ -z "$left" ] || fail "survivor $n left a temp file: $left; the step's output: $(tail -25 "$errf")"
     fi
 done
 
