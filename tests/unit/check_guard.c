@@ -128,54 +128,34 @@ static int count_entries(void)
     return n;
 }
 
-/* A sent SIGSEGV: temp removed, then the earlier handler ran. */
-START_TEST(test_sent_crash_chains)
+/* What each scenario must end with: the earlier handler's exit status, or
+ * death by the signal itself; in both cases no temp file is left. */
+static const struct scenario {
+    const char *what;
+    void (*body)(void);
+    int exit_status;        /* or -1 */
+    int term_signal;        /* or 0 */
+} scenarios[] = {
+    { "a sent SIGSEGV chains to the earlier handler", body_sent_segv, PREV_HANDLER_EXIT, 0 },
+    { "a real fault chains to the earlier handler", body_fault, PREV_HANDLER_EXIT, 0 },
+    { "abort() with no earlier handler dies by SIGABRT", body_abort, -1, SIGABRT },
+    { "SIGTERM (Slurm ending the step) dies by SIGTERM", body_term, -1, SIGTERM },
+};
+
+START_TEST(test_signal_cleanup)
 {
+    const struct scenario *sc = &scenarios[_i];
     int st;
 
     setup();
-    st = run_child(body_sent_segv);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == PREV_HANDLER_EXIT, "status %#x", st);
-    ck_assert_int_eq(count_entries(), 0);
-    ck_assert_int_eq(rmdir(dir), 0);
-}
-END_TEST
-
-/* A fault: temp removed, then the earlier handler ran. */
-START_TEST(test_fault_chains)
-{
-    int st;
-
-    setup();
-    st = run_child(body_fault);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == PREV_HANDLER_EXIT, "status %#x", st);
-    ck_assert_int_eq(count_entries(), 0);
-    ck_assert_int_eq(rmdir(dir), 0);
-}
-END_TEST
-
-/* abort() with no earlier handler: temp removed, death by SIGABRT. */
-START_TEST(test_abort_default)
-{
-    int st;
-
-    setup();
-    st = run_child(body_abort);
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "status %#x", st);
-    ck_assert_int_eq(count_entries(), 0);
-    ck_assert_int_eq(rmdir(dir), 0);
-}
-END_TEST
-
-/* SIGTERM (Slurm ending the step): temp removed, death by SIGTERM. */
-START_TEST(test_term_default)
-{
-    int st;
-
-    setup();
-    st = run_child(body_term);
-    ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status %#x", st);
-    ck_assert_int_eq(count_entries(), 0);
+    st = run_child(sc->body);
+    if (sc->term_signal == 0)
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == sc->exit_status,
+                      "%s: status %#x", sc->what, st);
+    else
+        ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == sc->term_signal,
+                      "%s: status %#x", sc->what, st);
+    ck_assert_msg(count_entries() == 0, "%s: the temp file is left", sc->what);
     ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
@@ -185,10 +165,8 @@ static Suite *guard_suite(void)
     Suite *s = suite_create("guard");
     TCase *tc = tcase_create("signals");
 
-    tcase_add_test(tc, test_sent_crash_chains);
-    tcase_add_test(tc, test_fault_chains);
-    tcase_add_test(tc, test_abort_default);
-    tcase_add_test(tc, test_term_default);
+    tcase_add_loop_test(tc, test_signal_cleanup, 0,
+                        (int)(sizeof(scenarios) / sizeof(scenarios[0])));
     suite_add_tcase(s, tc);
     return s;
 }
