@@ -31,7 +31,8 @@ extern char sh_guard_jobid[64];                /* SLURM_JOB_ID or "nojob" */
 /* Install the signal handlers and an atexit hook that unlink a live temp
  * file: SIGTERM, SIGINT, SIGHUP (then re-raised with the default action) and
  * the crash signals SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT (then handed to
- * the handler installed before, e.g. Open MPI's backtrace). Call after
+ * the handler installed before, e.g. Open MPI's backtrace); SIGPIPE is
+ * ignored (a write to a dead peer fails with EPIPE instead). Call after
  * MPI_Init, which installs Open MPI's handlers (signal(7), sigaction(2)). */
 void sh_guard_install_signals(void);
 /* Arm the watchdog (alarm(2), SIGALRM): at deadline + 10 s, if the main

@@ -7,6 +7,7 @@
 
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -99,6 +100,26 @@ static void body_term(void)
     raise(SIGTERM);
 }
 
+#define SURVIVED_EPIPE 7
+
+/* A write to a peer that went away (a closed pipe here, a closed TCP
+ * connection in the engine) fails with EPIPE instead of killing the rank. */
+static void body_pipe(void)
+{
+    int fds[2];
+
+    start_publish();
+    sh_guard_install_signals();
+    if (pipe(fds) != 0)
+        _exit(2);
+    close(fds[0]);
+    if (write(fds[1], "x", 1) == -1 && errno == EPIPE) {
+        sh_publish_signal_cleanup(&sh_guard_pub);
+        _exit(SURVIVED_EPIPE);
+    }
+    _exit(4);
+}
+
 static int run_child(void (*body)(void))
 {
     int status = 0;
@@ -140,6 +161,7 @@ static const struct scenario {
     { "a real fault chains to the earlier handler", body_fault, PREV_HANDLER_EXIT, 0 },
     { "abort() with no earlier handler dies by SIGABRT", body_abort, -1, SIGABRT },
     { "SIGTERM (Slurm ending the step) dies by SIGTERM", body_term, -1, SIGTERM },
+    { "a write to a closed pipe fails with EPIPE, no SIGPIPE", body_pipe, SURVIVED_EPIPE, 0 },
 };
 
 START_TEST(test_signal_cleanup)
