@@ -1131,6 +1131,25 @@ static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
              secs > 0 ? bytes / secs / 1048576.0 : 0.0);
 }
 
+/* Debug line with the engine's own phase clock (its JSON "seconds"), so a
+ * site at SlurmdDebug=debug sees where a staging's time went. */
+static void engine_phases_debug(const char *json)
+{
+    static const char *const ph[] = { "start-up", "metadata", "pre-check", "transfer",
+                                      "verify", "publish", "total" };
+    char line[256];
+    size_t o = 0;
+
+    for (size_t i = 0; i < sizeof(ph) / sizeof(ph[0]) && o < sizeof(line); i++) {
+        int n = snprintf(line + o, sizeof(line) - o, "%s%s %.3f", i ? ", " : "", ph[i],
+                         json_num(json, ph[i], -1));
+        if (n < 0)
+            break;
+        o += (size_t)n;
+    }
+    sh_debug("stage", "engine phases (s, reading rank): %s", line);
+}
+
 /* Per-node reasons, grouped for a message: nodes with the same reason are
  * named together ("n1, n2: reason; n3: another"), so a cause shared by every
  * node (the source changed, a symlink on every node) is said once. */
@@ -1702,8 +1721,10 @@ static void stage_image(struct agent *a, size_t img)
             }
             if (o == 0) {
                 char summary[512];
+                const char *json = engine_json(a, img);
 
-                engine_summary(engine_json(a, img), dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
+                engine_phases_debug(json);
+                engine_summary(json, dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
                                summary, sizeof(summary));
                 o = (size_t)snprintf(buf, sizeof(buf), "ok %s", summary);
             }
