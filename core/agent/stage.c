@@ -36,6 +36,7 @@
 #include "stagehand/ctl.h"
 #include "stagehand/hash.h"
 #include "stagehand/key.h"
+#include "stagehand/modes.h"
 #include "stagehand/kv.h"
 #include "stagehand/log.h"
 #include "stagehand/size.h"
@@ -1135,14 +1136,19 @@ static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
  * site at SlurmdDebug=debug sees where a staging's time went. */
 static void engine_phases_debug(const char *json)
 {
-    static const char *const ph[] = { "start-up", "metadata", "pre-check", "transfer",
-                                      "verify", "publish", "total" };
+    /* the phase clock is the top-level "seconds" object: "verify" also names
+     * an option earlier in the JSON ("verify":"size") */
+    const char *sec = strstr(json, "\"seconds\":{");
     char line[256];
     size_t o = 0;
 
-    for (size_t i = 0; i < sizeof(ph) / sizeof(ph[0]) && o < sizeof(line); i++) {
-        int n = snprintf(line + o, sizeof(line) - o, "%s%s %.3f", i ? ", " : "", ph[i],
-                         json_num(json, ph[i], -1));
+    if (sec == NULL)
+        return;
+    for (int p = 0; p <= SH_PH_COUNT && o < sizeof(line); p++) {
+        const char *name = p < SH_PH_COUNT ? sh_phase_name((enum sh_phase)p) : "total";
+        int n = snprintf(line + o, sizeof(line) - o, "%s%s %.3f", p ? ", " : "", name,
+                         json_num(sec, name, -1));
+
         if (n < 0)
             break;
         o += (size_t)n;

@@ -47,3 +47,12 @@ int sh_hash_parse(const char *name, enum sh_hash_algo *algo)
     errno = EINVAL;
     return -1;
 }
+
+const char *sh_phase_name(enum sh_phase p)
+{
+    static const char *const names[SH_PH_COUNT] = {
+        "start-up", "metadata", "pre-check", "transfer", "verify", "publish",
+    };
+
+    return (unsigned)p < SH_PH_COUNT ? names[p] : "?";
+}

@@ -15,15 +15,6 @@ void sh_msgf(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *sh_phase_name(enum sh_phase p)
-{
-    static const char *const names[SH_PH_COUNT] = {
-        "start-up", "metadata", "pre-check", "transfer", "verify", "publish",
-    };
-
-    return (unsigned)p < SH_PH_COUNT ? names[p] : "?";
-}
-
 static const char *status_name(int32_t status)
 {
     switch (status) {

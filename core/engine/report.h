@@ -9,6 +9,7 @@
 
 #include "opts.h"
 #include "stagehand/hash.h"
+#include "stagehand/modes.h"
 
 /* Exit codes (documented in --help; the agent maps them). */
 #define SH_EXIT_OK 0
@@ -58,11 +59,6 @@ struct sh_node_result {
     char reason[200];
 };
 
-enum sh_phase {
-    SH_PH_STARTUP = 0, SH_PH_METADATA, SH_PH_PRECHECK, SH_PH_TRANSFER,
-    SH_PH_VERIFY, SH_PH_PUBLISH, SH_PH_COUNT,
-};
-
 struct sh_report {
     const struct sh_bcast_opts *opts;
     uint64_t size;                  /* bytes of SRC */
@@ -84,8 +80,6 @@ struct sh_report {
 void sh_msgf(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Name of a phase ("start-up", ...). */
-const char *sh_phase_name(enum sh_phase p);
 /* Print the human summary to @out. */
 void sh_report_text(const struct sh_report *r, FILE *out);
 /* Print the JSON summary (one object, newline-terminated) to @out:

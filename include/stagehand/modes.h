@@ -1,5 +1,6 @@
 /* The skip check and hash algorithm vocabularies, shared by the engine's
- * command line, the metadata record and the plugstack configuration. */
+ * command line, the metadata record and the plugstack configuration; and the
+ * engine's phase names, shared by its JSON report and the agent. */
 #ifndef STAGEHAND_MODES_H
 #define STAGEHAND_MODES_H
 
@@ -46,5 +47,16 @@ const char *sh_check_name(enum sh_check check);
 /* "xxh3", "sha256" <-> enum. Same conventions. */
 int sh_hash_parse(const char *name, enum sh_hash_algo *algo);
 const char *sh_hash_name(enum sh_hash_algo algo);
+
+/* The engine's phases, in order. Their names are the keys of the "seconds"
+ * object of its --json report, which the agent reads back. */
+enum sh_phase {
+    SH_PH_STARTUP = 0, SH_PH_METADATA, SH_PH_PRECHECK, SH_PH_TRANSFER,
+    SH_PH_VERIFY, SH_PH_PUBLISH, SH_PH_COUNT,
+};
+
+/* "start-up", "metadata", "pre-check", "transfer", "verify", "publish";
+ * "?" for a value outside the enum. Static storage, never freed. */
+const char *sh_phase_name(enum sh_phase p);
 
 #endif

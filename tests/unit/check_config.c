@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "stagehand/config.h"
+#include "stagehand/modes.h"
 
 #include "check_main.h"
 
@@ -221,6 +222,21 @@ static const struct bad_case bad[] = {
     { "key_file=/etc/\x1b[31m", NULL, EINVAL, "\\x1b[31m" },
 };
 
+/* The phase names are the keys of the engine's JSON "seconds" object, read
+ * back by the agent and by bench/run.sh: an interface, so spelled out here. */
+START_TEST(phase_names)
+{
+    static const char *const want[] = { "start-up", "metadata", "pre-check",
+                                        "transfer", "verify", "publish" };
+
+    ck_assert_int_eq(SH_PH_COUNT, 6);
+    for (int p = 0; p < SH_PH_COUNT; p++)
+        ck_assert_str_eq(sh_phase_name((enum sh_phase)p), want[p]);
+    ck_assert_str_eq(sh_phase_name(SH_PH_COUNT), "?");
+    ck_assert_str_eq(sh_phase_name((enum sh_phase)-1), "?");
+}
+END_TEST
+
 START_TEST(rejects)
 {
     const struct bad_case *c = &bad[_i];
@@ -376,6 +392,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, every_key);
     tcase_add_test(tc, check_words);
+    tcase_add_test(tc, phase_names);
     tcase_add_loop_test(tc, rejects, 0, (int)(sizeof(bad) / sizeof(bad[0])));
     tcase_add_test(tc, sizes_with_units);
     tcase_add_test(tc, dest_policy);
