@@ -587,6 +587,29 @@ static void run_phases(struct run *r)
     gather_results(r);
 }
 
+/* Open MPI's TCP transport sends a message above its eager limit (64 KiB by
+ * default) by rendezvous: the sender announces it, waits for the receiver's
+ * answer, then sends the data. The answer is handled only when the receiving
+ * rank next polls MPI, and the engine's progress loop naps up to NAP_MAX_US
+ * between polls (xfer.c), so every segment left its link idle for about a
+ * millisecond: 1 GiB in 1 MiB segments lost ~1 s of 23 at 48 MB/s, and 512
+ * KiB segments twice that (measured on the bench cluster, 8 nodes,
+ * bench/results/segment-size.md). With the limit above one default segment
+ * plus its headers, a segment's bytes leave as soon as it is sent; the chain
+ * sends in synchronous mode (MPI_Issend, xfer.c), so a send still completes
+ * only once its receive is matched and a hop holds at most its ring. Larger
+ * segments keep the rendezvous. A value the site or user set (environment,
+ * or the launcher's MCA settings) is kept. The setting is a constant, not
+ * derived from --segment-size, so every rank of a job uses the same one: a
+ * receiver's fragment buffers must hold what a sender sends. */
+#define SH_TCP_EAGER_LIMIT "1052672"    /* bytes: 1 MiB segment + 4 KiB headers */
+
+static void tcp_eager_defaults(void)
+{
+    setenv("OMPI_MCA_btl_tcp_eager_limit", SH_TCP_EAGER_LIMIT, 0);
+    setenv("OMPI_MCA_btl_tcp_max_send_size", SH_TCP_EAGER_LIMIT, 0);
+}
+
 int main(int argc, char **argv)
 {
     static struct run run;          /* large (paths): keep it off the stack */
@@ -627,6 +650,7 @@ int main(int argc, char **argv)
      * the others inside it: bound that by the stall limit, not the deadline. */
     sh_guard_limit_startup(r->o.stall_ns);
 
+    tcp_eager_defaults();
     rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "stagehand-bcast: MPI_Init_thread failed\n");

@@ -32,7 +32,15 @@
  * ring (pipeline depth) still absorbs the writer's and the reader's jitter.
  * Measured on the test cluster, 8 nodes, 1 GiB, 1 MiB segments, depth 8:
  * window 8 (the old behaviour, = depth) 19.2-19.7 s for the transfer, 2
- * 18.6-19.0 s, 1 20.8 s (the link idles during each hand-shake). */
+ * 18.6-19.0 s, 1 20.8 s (the link idles during each hand-shake).
+ *
+ * Chain sends are synchronous (MPI_Issend): a segment up to the TCP eager
+ * limit the engine sets (main.c tcp_eager_defaults) leaves at once, without
+ * the rendezvous hand-shake, but its send still completes only when the
+ * receiver has matched it. A plain eager send would complete as soon as Open
+ * MPI copied it, and a sender faster than its downstream link (fast storage,
+ * a slow hop) would queue without bound inside Open MPI; this way a hop
+ * holds at most its ring (pipeline depth) of unmatched segments. */
 #define CHAIN_WINDOW 2u
 
 /* Back-off of the progress loop when idle (see nap()). */
@@ -402,7 +410,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
                 unsigned slot = (unsigned)(posted % r->depth);
 
                 if (chain && down >= 0)
-                    rc = MPI_Isend(r->buf[slot], sh_sched_count(s, posted),
+                    rc = MPI_Issend(r->buf[slot], sh_sched_count(s, posted),
                                    MPI_BYTE, down, SEG_TAG(posted), cfg->comm,
                                    &out[slot]);
                 else if (!chain)
@@ -449,7 +457,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
                 sh_seg_hdr_decode(r->buf[slot] + sh_sched_len(s, arrived), &hdr);
                 bad = chain && hdr.status != SH_SEG_OK;
                 if (chain && down >= 0) {
-                    rc = MPI_Isend(r->buf[slot], sh_sched_count(s, arrived),
+                    rc = MPI_Issend(r->buf[slot], sh_sched_count(s, arrived),
                                    MPI_BYTE, down, SEG_TAG(arrived), cfg->comm,
                                    &out[slot]);
                     if (mpi_check(rc, res, "forward", arrived))

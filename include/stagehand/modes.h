@@ -20,7 +20,7 @@ enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
 
 /* Data-path defaults shared by the engine's command line and the plugstack
  * configuration (measured: bench/results/segment-size.md). */
-#define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 20)   /* bytes */
+#define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 19)   /* bytes */
 #define SH_DEFAULT_PIPELINE_DEPTH 8u                  /* segments per rank */
 /* Segments the reading rank reads from SRC at once: one read at a time left
  * an sshfs source idle for a round trip per segment (48 vs 59 MB/s on a

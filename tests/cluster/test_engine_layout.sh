@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_layout.$$"
 [ "$k" -ge 2 ] || skip "needs 2 nodes"
-# 5 segments of 1 MiB and a partial one
+# 10 segments of 512 KiB (the default) and a partial one
 as_user sh -c "head -c 5500000 /dev/urandom > $src" || fail "cannot write $src"
 want=$(sha256sum <"$src" | cut -d' ' -f1)
 

@@ -48,7 +48,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.port_base, 7300);
     ck_assert_uint_eq(cfg.port_range, 1000);
     ck_assert_uint_eq(cfg.fanout, 32);
-    ck_assert_uint_eq(cfg.segment_size, 1ULL << 20);
+    ck_assert_uint_eq(cfg.segment_size, 1ULL << 19);
     ck_assert_uint_eq(cfg.pipeline_depth, 8);
     ck_assert_uint_eq(cfg.timeout_ns, 600ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.stall_timeout_ns, 60ULL * 1000000000ULL);
