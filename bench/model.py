@@ -48,7 +48,8 @@ def main():
     ap.add_argument("--csv", default="bench/results/latest.csv")
     ap.add_argument("--calib", default="bench/results/latest.calib")
     ap.add_argument("--segment", type=float, default=None,
-                    help="segment size in bytes (default: from the engine's JSON, else 1 MiB)")
+                    help="segment size in bytes (default: segment_bytes from the calibration "
+                         "file, else 512 KiB, the engine's default)")
     ap.add_argument("--t0", type=float, default=None,
                     help="fixed start-up seconds (default: fitted)")
     a = ap.parse_args()
@@ -60,7 +61,7 @@ def main():
     Bl = float(cal["link_raw_MBps"]) * 1e6
     Bs = float(cal["storage_2readers_MBps"]) * 1e6
     B = min(Bl, Bs, float(cal["local_write_MBps"]) * 1e6)
-    s = a.segment or float(cal.get("segment_bytes", 1 << 20))
+    s = a.segment or float(cal.get("segment_bytes", 1 << 19))
     runs = defaultdict(list)
     for r in csv.DictReader(open(a.csv)):
         if r["ok"] == "1" and r["seconds"] not in ("", "nan"):
@@ -110,8 +111,8 @@ def main():
         Bl_x = gbps * 1e9 / 8
         for Bn in (Bl_x, 10e9):
             for N in (1000, 10000):
-                for seg in (1 << 20, 8 << 20):
-                    print(f"| {gbps} Gb/s | {Bn / 1e9:.0f} | {N} | {seg >> 20} MiB | "
+                for seg in (1 << 19, 1 << 20, 8 << 20):
+                    print(f"| {gbps} Gb/s | {Bn / 1e9:.0f} | {N} | {seg / 1048576:g} MiB | "
                           f"{chain(S, N, Bn, seg, 0, 5e-6, Bl_x):.2f} | "
                           f"{tree(S, N, Bn, seg, 0, 5e-6, Bl_x):.2f} | "
                           f"{binom(S, N, Bn, 0, Bl_x):.2f} | "

@@ -157,12 +157,22 @@ storage_rchar() {
     echo "$sum"
 }
 
-clean_dst() { # every node starts from an empty /nvme/bench owned by the user
+# Every node starts from an empty /nvme/bench owned by the user, and the
+# host's free memory is compacted, so every method starts from the same memory
+# state: the nodes' /nvme tmpfs allocates 2 MiB pages, and during the run of
+# 2026-12-01 03:13 UTC 12,438 of them fell back to 4 KiB pages
+# (thp_file_fallback in /proc/vmstat; in which runs was not recorded). The
+# fallbacks are now counted per run (say lines). (That run's slow plugin stagings were not caused by this: with the
+# compaction they had no fallback and were as slow; bench/results/latest.md.)
+clean_dst() {
     local n
     for n in "${NODES[@]}"; do
         "$mc" exec "$n" -- sh -c "rm -rf /nvme/bench /nvme/cal.tmp /nvme/raw.tmp; mkdir -p /nvme/bench; chown $MINICLUSTER_USER /nvme/bench"
     done
+    echo 1 >/proc/sys/vm/compact_memory 2>/dev/null || true
 }
+# 4 KiB-page fallbacks of tmpfs huge pages so far (host-wide counter)
+thp_fallbacks() { awk '$1 == "thp_file_fallback" { print $2 }' /proc/vmstat; }
 
 # Every node 1..$1 holds $2 with $3 bytes (size check; the engine verifies
 # content itself, and the smoke run checks the digest too).
@@ -286,8 +296,9 @@ open_alloc() { # nodes -> job id of an idle allocation on n[1-N]
 }
 
 run_engine() { # size nodes rep alg src dst
-    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases=""
+    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases="" f0
     clean_dst
+    f0=$(thp_fallbacks)
     s0=$(storage_rchar)
     t0=$(now)
     # --kill-on-bad-exit: a rank that dies ends the step at once (Open MPI
@@ -308,6 +319,7 @@ if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
         [ -n "$eng" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
+    say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks"
     row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases"
 }
 
@@ -398,10 +410,13 @@ batch_job() { # nodes src dst with_option(0/1)
 
 run_plugin() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 first job prolog ok
+    local f0
     clean_dst
+    f0=$(thp_fallbacks)
     s0=$(storage_rchar)
     read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
     s1=$(storage_rchar)
+    say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks"
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "plugin N=$n failed (job output or staging)"
     row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)"
