@@ -67,5 +67,26 @@ for ra in "1 2" "16 16"; do
         [ "$got" = "$want" ] || fail "read-ahead $1: $n has different content"
     done
 done
+# The default segment (512 KiB) is sent eagerly over Open MPI's TCP transport
+# with synchronous-mode sends, a larger one by rendezvous: sizes around the
+# default segment with the default options, and 2 MiB segments (case F10).
+dseg=524288
+for size in $((dseg - 1)) $dseg $((dseg + 1)) $((5 * dseg + 3)); do
+    as_user sh -c "head -c $size /dev/urandom > $src/d$size" || fail "cannot write source"
+    want=$(sha256sum <"$src/d$size" | cut -d' ' -f1)
+    for segopt in "" "--segment-size=2M"; do
+        f="d$size${segopt:+.2M}"
+        out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
+            --source "$src/d$size" --dest "$dst/$f" $segopt --timeout=60s --json 2>"$errf") ||
+            fail "default path, size $size $segopt: engine failed: $out $(cat "$errf")"
+        for n in $MINICLUSTER_NODES; do
+            got=$(on_node "$n" sha256sum "$dst/$f" | cut -d' ' -f1) ||
+                fail "default path, size $size $segopt: $dst/$f missing on $n"
+            [ "$got" = "$want" ] || fail "default path, size $size $segopt: $n has different content"
+            left=$(on_node "$n" ls -A "$dst" | grep -c '\.tmp$' || true)
+            [ "$left" = 0 ] || fail "default path, size $size $segopt: temp files left on $n"
+        done
+    done
+done
 wait_nodes_idle || fail "nodes not idle"
-echo "ok: sizes $sizes identical on $k nodes (chain and bcast; read-ahead 1, 2 and 16)"
+echo "ok: sizes $sizes identical on $k nodes (chain and bcast; read-ahead 1, 2 and 16); default 512 KiB and 2 MiB segments around the default segment"
