@@ -118,10 +118,12 @@ engine_test_cleanup() {
 # Any other failure is returned as it is. stdout and
 # stderr come out when the step has ended.
 pmix_srun() {
-    local out err rc=0
+    local out err rc=0 tmo=()
+    # PMIX_SRUN_TIMEOUT=SECONDS: each try runs under timeout(1) (exit 124)
+    [ -n "${PMIX_SRUN_TIMEOUT:-}" ] && tmo=(timeout "$PMIX_SRUN_TIMEOUT")
     out=$(mktemp)
     err=$(mktemp)
-    as_user srun --mpi=pmix "$@" >"$out" 2>"$err" || rc=$?
+    as_user "${tmo[@]}" srun --mpi=pmix "$@" >"$out" 2>"$err" || rc=$?
     # Two known third-party start-up failures get one more try, with a note:
     # Slurm 22.05's PMIx direct connection failing its munge check, and Open
     # MPI 4.1.4 now and then segfaulting inside MPI_Init (bench/results/
@@ -138,7 +140,7 @@ pmix_srun() {
     if [ -n "$why" ]; then
         echo "note: $why; step run again" >&2
         rc=0
-        as_user srun --mpi=pmix "$@" >"$out" 2>"$err" || rc=$?
+        as_user "${tmo[@]}" srun --mpi=pmix "$@" >"$out" 2>"$err" || rc=$?
     fi
     cat "$out"
     cat "$err" >&2
