@@ -21,6 +21,18 @@ cleanup() {
 trap cleanup EXIT
 as_user mkdir -p "$src" || fail "cannot create $src"
 
+# label file sha256: $dst/file has that content on every node, no temp file
+same_everywhere() {
+    local n got left
+    for n in $MINICLUSTER_NODES; do
+        got=$(on_node "$n" sha256sum "$dst/$2" | cut -d' ' -f1) ||
+            fail "$1: $dst/$2 missing on $n"
+        [ "$got" = "$3" ] || fail "$1: $n has different content"
+        left=$(on_node "$n" ls -A "$dst" | grep -c '\.tmp$' || true)
+        [ "$left" = 0 ] || fail "$1: temp files left on $n"
+    done
+}
+
 # 3 MiB + 1 is not a multiple of the segment either
 sizes="0 1 $((seg - 1)) $seg $((seg + 1)) $((3 * 1048576 + 1))"
 for size in $sizes; do
@@ -41,13 +53,7 @@ for alg in chain bcast; do
             fail "size $size ($alg): no JSON summary: $out"
         [ "$copied" = "$k" ] || fail "size $size ($alg): $copied of $k nodes copied: $out"
         want=$(sha256sum <"$src/f$size" | cut -d' ' -f1)
-        for n in $MINICLUSTER_NODES; do
-            got=$(on_node "$n" sha256sum "$dst/$f" | cut -d' ' -f1) ||
-                fail "size $size ($alg): $dst/$f missing on $n"
-            [ "$got" = "$want" ] || fail "size $size ($alg): $n has different content"
-            left=$(on_node "$n" ls -A "$dst" | grep -c '\.tmp$' || true)
-            [ "$left" = 0 ] || fail "size $size ($alg): temp files left on $n"
-        done
+        same_everywhere "size $size ($alg)" "$f" "$want"
     done
 done
 # Concurrent reads of SRC complete out of order; the stream must not: one
@@ -79,13 +85,7 @@ for size in $((dseg - 1)) $dseg $((dseg + 1)) $((5 * dseg + 3)); do
         out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
             --source "$src/d$size" --dest "$dst/$f" $segopt --timeout=60s --json 2>"$errf") ||
             fail "default path, size $size $segopt: engine failed: $out $(cat "$errf")"
-        for n in $MINICLUSTER_NODES; do
-            got=$(on_node "$n" sha256sum "$dst/$f" | cut -d' ' -f1) ||
-                fail "default path, size $size $segopt: $dst/$f missing on $n"
-            [ "$got" = "$want" ] || fail "default path, size $size $segopt: $n has different content"
-            left=$(on_node "$n" ls -A "$dst" | grep -c '\.tmp$' || true)
-            [ "$left" = 0 ] || fail "default path, size $size $segopt: temp files left on $n"
-        done
+        same_everywhere "default path, size $size $segopt" "$f" "$want"
     done
 done
 wait_nodes_idle || fail "nodes not idle"
