@@ -109,6 +109,7 @@ step "done"
 cat <<EOF
 The cluster is still up. Try it yourself:
     eval "\$($MC env)"
+    cd /shared     # the job's output file goes to the submit directory
     runuser -u $user -- env SLURM_CONF=\$SLURM_CONF sbatch -N$nodes \\
         --stage-image=$img:/nvme/images/rootfs.sqsh --wrap 'srun hostname'
     $MC exec n1 -- ls -l /nvme/images

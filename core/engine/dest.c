@@ -90,6 +90,10 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
             sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0) {
             if (errno == ETIMEDOUT)
                 busy = 1;
+            else if (errno == EACCES || errno == EPERM || errno == EROFS)
+                sh_vote_error(v, errno, "cannot write in the directory of %s "
+                              "(its lock file goes there): %s", o->dest,
+                              strerror(errno));
             else
                 sh_vote_error(v, errno, "cannot open the lock file next to %s: %s",
                               o->dest, strerror(errno));

@@ -67,7 +67,7 @@ void sh_bcast_usage(FILE *out)
 "                           or readback (also re-read DST before publishing)\n"
 "      --hash=ALGO          xxh3 (default, XXH3-128) or sha256\n"
 "      --segment-size=SIZE  bytes per pipeline segment, K/M/G units, <= 1G\n"
-"                           (default 1M)\n"
+"                           (default 512K)\n"
 "      --pipeline-depth=N   buffers in flight per rank, 1..64 (default 8)\n"
 "      --read-ahead=N       segments the reading rank reads from SRC at once,\n"
 "                           1..pipeline depth (default 4, or the depth if\n"

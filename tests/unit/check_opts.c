@@ -94,6 +94,25 @@ START_TEST(help_version)
 }
 END_TEST
 
+/* --help states the defaults the engine really uses (a new user found it
+ * still saying 1M after the default became 512 KiB). */
+START_TEST(help_states_defaults)
+{
+    char *text = NULL, want[64];
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    ck_assert_ptr_nonnull(f);
+    sh_bcast_usage(f);
+    ck_assert_int_eq(fclose(f), 0);
+    snprintf(want, sizeof(want), "(default %lluK)",
+             (unsigned long long)(SH_DEFAULT_SEGMENT_SIZE >> 10));
+    ck_assert_msg(strstr(text, want) != NULL, "--help lacks \"%s\"", want);
+    ck_assert_ptr_null(strstr(text, "(default 1M)"));
+    free(text);
+}
+END_TEST
+
 /* Every bad value is rejected with a message naming the option. */
 static void rejects(const char *needle, const char *a1, const char *a2)
 {
@@ -155,6 +174,7 @@ int main(void)
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, every_option);
     tcase_add_test(tc, help_version);
+    tcase_add_test(tc, help_states_defaults);
     tcase_add_test(tc, bad_values);
     tcase_add_test(tc, paths);
     suite_add_tcase(s, tc);

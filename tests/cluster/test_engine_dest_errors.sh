@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Engine: DST in a directory the user cannot write (root-owned, 0755) on
+# every node fails in the pre-check with exit 4 and a message that names DST
+# and says the directory is not writable, before any data moves; nothing is
+# left in that directory on any node.
+source "$(dirname "$0")/lib.sh"
+
+engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
+[ -x "$engine" ] || fail "$engine not installed"
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+tag="eng_dsterr.$$"
+src="/shared/$tag.img"
+dst="/nvme/$tag/ro/img"
+errf=$(mktemp)
+cleanup() {
+    rm -f "$src" "$errf"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
+}
+trap cleanup EXIT
+as_user sh -c "head -c 300000 /dev/urandom > $src" || fail "cannot write $src"
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" sh -c "mkdir -p /nvme/$tag/ro && chmod 0755 /nvme/$tag /nvme/$tag/ro" ||
+        fail "cannot prepare /nvme/$tag on $n"
+done
+
+out=$(PMIX_SRUN_TIMEOUT=60 pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
+    --timeout=30s --source "$src" --dest "$dst" 2>"$errf")
+rc=$?
+[ "$rc" -ne 124 ] || fail "engine hung"
+[ "$rc" = 4 ] || fail "exit code $rc, expected 4 (destination error): $out $(cat "$errf")"
+printf '%s\n' "$out" | grep -q "pre-check: cannot write in the directory of $dst .*Permission denied" ||
+    fail "message does not name $dst and its unwritable directory: $out"
+for n in $MINICLUSTER_NODES; do
+    left=$(on_node "$n" ls -A "/nvme/$tag/ro")
+    [ -z "$left" ] || fail "files written on $n: $left"
+done
+wait_nodes_idle || fail "nodes not idle"
+echo "ok: DST in an unwritable directory: exit 4, message names DST, nothing written"
