@@ -118,6 +118,7 @@ cleanup() {
     set +e
     if [ -n "${STATE:-}" ]; then rm -f "$STATE"/export/bench-*.img; fi
     if [ -n "${scratch:-}" ]; then rm -rf "$scratch"; fi
+    rm -f /dev/shm/stagehand-bench.prime
     if [ -n "${alloc:-}" ]; then scancel "$alloc" 2>/dev/null; fi
     if [ "$keep" = 0 ]; then "$mc" down >/dev/null 2>&1; fi
     exit $rc
@@ -161,16 +162,37 @@ storage_rchar() {
 # host's free memory is compacted, so every method starts from the same memory
 # state: the nodes' /nvme tmpfs allocates 2 MiB pages, and during the run of
 # 2026-12-01 03:13 UTC 12,438 of them fell back to 4 KiB pages
-# (thp_file_fallback in /proc/vmstat; in which runs was not recorded). The
-# fallbacks are now counted per run (say lines). (That run's slow plugin stagings were not caused by this: with the
-# compaction they had no fallback and were as slow; bench/results/latest.md.)
+# (thp_file_fallback in /proc/vmstat). The fallbacks are counted per run (say
+# lines).
+#
+# clean_dst BYTES also backs BYTES of the host's free memory right before the
+# run (N x S: what the nodes' /nvme will take). The test host is a VM with free
+# page reporting (virtio-balloon): free memory the guest leaves idle is handed
+# back to the hypervisor (/sys/module/page_reporting/parameters/reported_kib
+# grows by ~8 GiB within 30 s of freeing 8 GiB), and the guest's next touch of
+# each such page is a host fault: writing 9 GiB to /dev/shm took 26-28 s on
+# reported memory. A staging whose /nvme pages came from reported memory was
+# ~1-2 s slower per GiB at N=8 with twice the CPU (measured, standalone
+# engine, 1 GiB: after 30 s idle 24.4-25.5 s and 29-30 CPU s; straight after
+# freeing 23.0-23.6 s and 16-18 CPU s), and which runs hit it depended on how
+# idle the host was between freeing and writing: the plugin path, which starts
+# the transfer 1-2 s after submission, hit it far more often than srun. This
+# is an artefact of emulating NVMe in a VM's RAM, not of any method, so every
+# method's run starts from backed memory (cost: ~3 s per GiB, outside the
+# timed part).
 clean_dst() {
-    local n
+    local n bytes=${1:-0}
     for n in "${NODES[@]}"; do
         "$mc" exec "$n" -- sh -c "rm -rf /nvme/bench /nvme/cal.tmp /nvme/raw.tmp; mkdir -p /nvme/bench; chown $MINICLUSTER_USER /nvme/bench"
     done
     echo 1 >/proc/sys/vm/compact_memory 2>/dev/null || true
+    if [ "$bytes" -gt 0 ] && [ -d /sys/module/page_reporting ]; then
+        head -c "$((bytes + (64 << 20)))" /dev/zero >/dev/shm/stagehand-bench.prime 2>/dev/null || true
+        rm -f /dev/shm/stagehand-bench.prime
+    fi
 }
+# KiB of free memory the VM has handed back to the hypervisor so far (0: none)
+reported_kib() { cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/null || echo 0; }
 # 4 KiB-page fallbacks of tmpfs huge pages so far (host-wide counter)
 thp_fallbacks() { awk '$1 == "thp_file_fallback" { print $2 }' /proc/vmstat; }
 
@@ -296,9 +318,9 @@ open_alloc() { # nodes -> job id of an idle allocation on n[1-N]
 }
 
 run_engine() { # size nodes rep alg src dst
-    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases="" f0
-    clean_dst
-    f0=$(thp_fallbacks)
+    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases="" f0 r0
+    clean_dst $((n * size << 20))
+    f0=$(thp_fallbacks) r0=$(reported_kib)
     s0=$(storage_rchar)
     t0=$(now)
     # --kill-on-bad-exit: a rank that dies ends the step at once (Open MPI
@@ -319,13 +341,13 @@ if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
         [ -n "$eng" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
-    say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks"
+    say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks, $((($(reported_kib) - r0) >> 10)) MiB reported to the hypervisor"
     row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases"
 }
 
 run_sbcast() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1
-    clean_dst
+    clean_dst $((n * size << 20))
     s0=$(storage_rchar)
     t0=$(now)
     as_user timeout 900 srun --jobid="$alloc" -N1 -n1 -w n1 sbcast -f "$src" "$dst" \
@@ -339,7 +361,7 @@ run_sbcast() { # size nodes rep src dst
 
 run_cp() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1
-    clean_dst
+    clean_dst $((n * size << 20))
     s0=$(storage_rchar)
     t0=$(now)
     as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 cp "$src" "$dst" \
@@ -410,13 +432,13 @@ batch_job() { # nodes src dst with_option(0/1)
 
 run_plugin() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 first job prolog ok
-    local f0
-    clean_dst
-    f0=$(thp_fallbacks)
+    local f0 r0
+    clean_dst $((n * size << 20))
+    f0=$(thp_fallbacks) r0=$(reported_kib)
     s0=$(storage_rchar)
     read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
     s1=$(storage_rchar)
-    say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks"
+    say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks, $((($(reported_kib) - r0) >> 10)) MiB reported to the hypervisor"
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "plugin N=$n failed (job output or staging)"
     row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)"
