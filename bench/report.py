@@ -97,7 +97,17 @@ def main():
               f"(`huge=within_size`: it allocates in large units, as a disk file system "
               f"allocates extents). One staging of the largest size to every node runs "
               f"first and is not recorded (the host is a VM whose memory is backed on "
-              f"first touch). Rates in MB/s (10^6 B/s).\n")
+              f"first touch). The VM also hands free memory it leaves idle back to the "
+              f"hypervisor (virtio-balloon free page reporting), and /nvme lives in that "
+              f"memory: a staging whose /nvme pages had been handed back was 1-2 s slower "
+              f"per GiB at N=8 with twice the CPU (measured with the standalone engine, "
+              f"1 GiB: 24.4-25.5 s and 29-30 CPU s after 30 s idle, 23.0-23.6 s and "
+              f"16-18 CPU s right after freeing). So right before every measured run of "
+              f"every method the host writes and frees N x S bytes in /dev/shm (outside the "
+              f"timed part), and each run's log line says how much memory was handed back "
+              f"while it ran; this removes most, not all, of the effect (a run right after "
+              f"sbcast and cp can still be 1-2 s slower, for the chain as for the plugin). "
+              f"Rates in MB/s (10^6 B/s).\n")
     md.append("| what | nominal | measured (raw transfer, no MPI) |")
     md.append("|---|---|---|")
     md.append(f"| node link | {cal['link_nominal_MBps']} | {cal['link_raw_MBps']} (one TCP stream n1->n2, memory to memory; the rest is TCP/IP framing) |")
