@@ -5,18 +5,8 @@
 # left in that directory on any node.
 source "$(dirname "$0")/lib.sh"
 
-engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
-[ -x "$engine" ] || fail "$engine not installed"
-k=$(echo "$MINICLUSTER_NODES" | wc -w)
-tag="eng_dsterr.$$"
-src="/shared/$tag.img"
+engine_test_init "eng_dsterr.$$"
 dst="/nvme/$tag/ro/img"
-errf=$(mktemp)
-cleanup() {
-    rm -f "$src" "$errf"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tag"; done
-}
-trap cleanup EXIT
 as_user sh -c "head -c 300000 /dev/urandom > $src" || fail "cannot write $src"
 for n in $MINICLUSTER_NODES; do
     on_node "$n" sh -c "mkdir -p /nvme/$tag/ro && chmod 0755 /nvme/$tag /nvme/$tag/ro" ||
