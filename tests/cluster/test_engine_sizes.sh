@@ -67,11 +67,7 @@ for ra in "1 2" "16 16"; do
         --source "$src/f$size" --dest "$dst/$f" --segment-size=$seg \
         --read-ahead="$1" --pipeline-depth="$2" --timeout=60s --json 2>"$errf") ||
         fail "read-ahead $1: engine failed: $out $(cat "$errf")"
-    for n in $MINICLUSTER_NODES; do
-        got=$(on_node "$n" sha256sum "$dst/$f" | cut -d' ' -f1) ||
-            fail "read-ahead $1: $dst/$f missing on $n"
-        [ "$got" = "$want" ] || fail "read-ahead $1: $n has different content"
-    done
+    same_everywhere "read-ahead $1" "$f" "$want"
 done
 # The default segment (512 KiB) is sent eagerly over Open MPI's TCP transport
 # with synchronous-mode sends, a larger one by rendezvous: sizes around the
