@@ -195,6 +195,12 @@ clean_dst() {
 reported_kib() { cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/null || echo 0; }
 # 4 KiB-page fallbacks of tmpfs huge pages so far (host-wide counter)
 thp_fallbacks() { awk '$1 == "thp_file_fallback" { print $2 }' /proc/vmstat; }
+# mem_mark before a run, mem_note after it: the host memory events in between
+mem_mark() { mem0=("$(thp_fallbacks)" "$(reported_kib)"); }
+mem_note() {
+    echo "$(($(thp_fallbacks) - mem0[0])) tmpfs huge-page fallbacks," \
+        "$((($(reported_kib) - mem0[1]) >> 10)) MiB reported to the hypervisor"
+}
 
 # Every node 1..$1 holds $2 with $3 bytes (size check; the engine verifies
 # content itself, and the smoke run checks the digest too).
@@ -318,9 +324,9 @@ open_alloc() { # nodes -> job id of an idle allocation on n[1-N]
 }
 
 run_engine() { # size nodes rep alg src dst
-    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases="" f0 r0
+    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases=""
     clean_dst $((n * size << 20))
-    f0=$(thp_fallbacks) r0=$(reported_kib)
+    mem_mark
     s0=$(storage_rchar)
     t0=$(now)
     # --kill-on-bad-exit: a rank that dies ends the step at once (Open MPI
@@ -341,7 +347,7 @@ if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
         [ -n "$eng" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
-    say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks, $((($(reported_kib) - r0) >> 10)) MiB reported to the hypervisor"
+    say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(mem_note)"
     row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases"
 }
 
@@ -432,13 +438,12 @@ batch_job() { # nodes src dst with_option(0/1)
 
 run_plugin() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 first job prolog ok
-    local f0 r0
     clean_dst $((n * size << 20))
-    f0=$(thp_fallbacks) r0=$(reported_kib)
+    mem_mark
     s0=$(storage_rchar)
     read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
     s1=$(storage_rchar)
-    say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(($(thp_fallbacks) - f0)) tmpfs huge-page fallbacks, $((($(reported_kib) - r0) >> 10)) MiB reported to the hypervisor"
+    say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(mem_note)"
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "plugin N=$n failed (job output or staging)"
     row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)"
