@@ -847,11 +847,13 @@ static bool crash_signal(int st)
 }
 
 /* An engine died of a crash signal before MPI_Init completed on every node:
- * nothing was read or written yet. Open MPI 4.1.4 occasionally segfaults
- * there under load (its TCP BTL gets a peer's first fragment before the
- * receive callback is registered; bench/results/latest.md), so one retry
- * with a fresh namespace is worth it. Every agent sees the same outcome, so
- * all decide alike. Returns the crashing node's index or -1. */
+ * nothing was read or written yet, so one retry with a fresh namespace is
+ * worth it. Every agent sees the same outcome, so all decide alike. The
+ * crash this retry was written for (Open MPI 4.1.4 segfaulting in MPI_Init)
+ * was later traced to srun launches, where Slurm 22.05 completes MPI_Init's
+ * closing fence on each node alone (engine/wireup.c); this agent's fences
+ * span all nodes, so here the retry is a safety net. Returns the crashing
+ * node's index or -1. */
 static int startup_crash(const struct sh_pmix_outcome *po, int *sig)
 {
     if (po->fences >= MPI_INIT_FENCES || po->node_status == NULL)

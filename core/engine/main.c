@@ -34,6 +34,7 @@
 #include "stagehand/size.h"
 #include "dest.h"
 #include "guard.h"
+#include "wireup.h"
 #include "xfer.h"
 
 
@@ -660,6 +661,14 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->wsize);
     sh_log_set_identity("bcast", getenv("SLURM_JOB_ID"), sh_guard_host, r->rank);
+    /* No rank sends before every rank is out of MPI_Init (wireup.c); the
+     * start-up alarm still bounds the wait. */
+    if (sh_wireup_init_barrier(err, sizeof(err)) < 0) {
+        char what[600];
+
+        snprintf(what, sizeof(what), "the PMIx barrier after MPI_Init (%s)", err);
+        sh_guard_mpi_fatal("start-up", what, MPI_SUCCESS);
+    }
     sh_guard_start_watchdog(r->rank);
     if (provided < MPI_THREAD_FUNNELED)
         sh_guard_mpi_fatal("start-up", "MPI_THREAD_FUNNELED support", MPI_SUCCESS);
@@ -669,6 +678,7 @@ int main(int argc, char **argv)
         if (r->rank == 0)
             fprintf(stderr, "stagehand-bcast: --expect-ranks=%d: the MPI job has "
                     "%d rank(s)\n", r->o.expect_ranks, r->wsize);
+        sh_wireup_finalize();
         MPI_Finalize();
         return SH_EXIT_USAGE;
     }
@@ -677,6 +687,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "stagehand-bcast: --source-rank=%d: the job has "
                     "only %d rank(s), 0 to %d\n", r->o.source_rank, r->wsize,
                     r->wsize - 1);
+        sh_wireup_finalize();
         MPI_Finalize();
         return SH_EXIT_USAGE;
     }
@@ -718,6 +729,7 @@ int main(int argc, char **argv)
         MPI_Comm_free(&r->node_comm);
     sh_guard_exit_code = code;
     sh_guard_done = 1;
+    sh_wireup_finalize();
     MPI_Finalize();
     return code;
 }
