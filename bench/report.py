@@ -266,10 +266,8 @@ def main():
         md.append(f"{len(fails)} of {len(rows)} runs failed and are left out of the medians: "
                   + ", ".join(f"{r['method']} {r['size_bytes']} MiB N={r['nodes']} rep {r['rep']}"
                               for r in fails)
-                  + ". Each failure was a rank that died at start-up; the ones inspected with core dumps died with SIGSEGV inside "
-                  "MPI_Init_thread (Open MPI 4.1.4 ob1/tcp: a peer's fragment arrives while the "
-                  "rank still waits in its modex fence, and the TCP BTL calls a receive "
-                  "callback that is not registered yet); the other ranks are stopped at once.\n")
+                  + ". bench/run.sh's log says why each failed (its \"failed:\" lines carry "
+                  "the method's last messages).\n")
     md.append("## Targets (issue 5)\n")
     md.append("| target | met | measured |")
     md.append("|---|---|---|")
