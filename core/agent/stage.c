@@ -824,7 +824,8 @@ static void sweep_own_temps(const struct agent *a, const char *dst)
 }
 
 /* PMIx fences Open MPI 4.1's MPI_Init performs (the modex and the closing
- * barrier, measured: 3 per run with MPI_Finalize's). */
+ * barrier). The engine's own barrier right after MPI_Init (engine/wireup.c)
+ * and MPI_Finalize's come after these. */
 #define MPI_INIT_FENCES 2
 
 /* errno of a node's own failure that means the node is unwell (DESIGN.md
