@@ -163,6 +163,12 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
         sh_vote_error(v, errno, "cannot stat %s: %s", o->dest, strerror(errno));
         return;
     }
+    /* rename(2) cannot replace a directory: refuse before any data moves */
+    if (have_dst && S_ISDIR(st.st_mode)) {
+        sh_vote_error(v, EISDIR, "%s is a directory; --dest names the file to "
+                      "publish (e.g. %s/IMAGE.sqsh)", o->dest, o->dest);
+        return;
+    }
     if (have_dst && S_ISREG(st.st_mode) && o->check != SH_CHECK_NEVER) {
         dfd = openat(d->dirfd, d->name,
                      O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

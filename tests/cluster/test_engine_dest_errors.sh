@@ -2,7 +2,9 @@
 # Engine: DST in a directory the user cannot write (root-owned, 0755) on
 # every node fails in the pre-check with exit 4 and a message that names DST
 # and says the directory is not writable, before any data moves; nothing is
-# left in that directory on any node.
+# left in that directory on any node. DST that is an existing directory is
+# refused the same way (found by a new-user trial: the engine used to copy
+# everything and then fail at the rename).
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_dsterr.$$"
@@ -24,5 +26,29 @@ for n in $MINICLUSTER_NODES; do
     left=$(on_node "$n" ls -A "/nvme/$tag/ro")
     [ -z "$left" ] || fail "files written on $n: $left"
 done
+
+# DST that is an existing directory (rename(2) cannot replace it): refused in
+# the pre-check, before any data moves, with exit 4; the directory and its
+# content stay as they were and no temp file is left beside it.
+ddst="/nvme/$tag/adir"
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" sh -c "mkdir -p $ddst && echo keep > $ddst/keep && chown -R $MINICLUSTER_USER /nvme/$tag" ||
+        fail "cannot prepare $ddst on $n"
+done
+out=$(PMIX_SRUN_TIMEOUT=60 pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
+    --timeout=30s --source "$src" --dest "$ddst" 2>"$errf")
+rc=$?
+[ "$rc" -ne 124 ] || fail "engine hung (DST a directory)"
+[ "$rc" = 4 ] || fail "DST a directory: exit code $rc, expected 4: $out $(cat "$errf")"
+printf '%s\n' "$out" | grep -q "in pre-check: $ddst is a directory" ||
+    fail "message does not say that $ddst is a directory: $out"
+printf '%s\n' "$out" | grep -q "0 copied, 0 already current, $k failed" &&
+    printf '%s\n' "$out" | grep -q " transfer 0.000s " ||
+    fail "data moved before the refusal: $out"
+for n in $MINICLUSTER_NODES; do
+    [ "$(on_node "$n" cat "$ddst/keep")" = keep ] || fail "$n: $ddst changed"
+    left=$(on_node "$n" sh -c "ls -A /nvme/$tag | grep '\.tmp\$'" || true)
+    [ -z "$left" ] || fail "temp file left on $n: $left"
+done
 wait_nodes_idle || fail "nodes not idle"
-echo "ok: DST in an unwritable directory: exit 4, message names DST, nothing written"
+echo "ok: DST in an unwritable directory or an existing directory: exit 4, message names DST, nothing written"
