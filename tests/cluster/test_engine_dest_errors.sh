@@ -15,36 +15,35 @@ for n in $MINICLUSTER_NODES; do
         fail "cannot prepare /nvme/$tag on $n"
 done
 
-out=$(PMIX_SRUN_TIMEOUT=60 pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
-    --timeout=30s --source "$src" --dest "$dst" 2>"$errf")
-rc=$?
-[ "$rc" -ne 124 ] || fail "engine hung"
-[ "$rc" = 4 ] || fail "exit code $rc, expected 4 (destination error): $out $(cat "$errf")"
-printf '%s\n' "$out" | grep -q "pre-check: cannot write in the directory of $dst .*Permission denied" ||
-    fail "message does not name $dst and its unwritable directory: $out"
+# Run the engine with --dest @1 and assert that it is refused in the
+# pre-check: exit 4, a message matching @2 (grep regex), and no data moved.
+refused() {
+    local d=$1 want=$2 out rc=0
+    out=$(PMIX_SRUN_TIMEOUT=60 pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
+        --timeout=30s --source "$src" --dest "$d" 2>"$errf") || rc=$?
+    [ "$rc" -ne 124 ] || fail "engine hung (--dest $d)"
+    [ "$rc" = 4 ] || fail "--dest $d: exit code $rc, expected 4 (destination error): $out $(cat "$errf")"
+    printf '%s\n' "$out" | grep -q "$want" || fail "--dest $d: message does not match '$want': $out"
+    printf '%s\n' "$out" | grep -q "0 copied, 0 already current, $k failed" &&
+        printf '%s\n' "$out" | grep -q " transfer 0.000s " ||
+        fail "--dest $d: data moved before the refusal: $out"
+}
+
+refused "$dst" "pre-check: cannot write in the directory of $dst .*Permission denied"
 for n in $MINICLUSTER_NODES; do
     left=$(on_node "$n" ls -A "/nvme/$tag/ro")
     [ -z "$left" ] || fail "files written on $n: $left"
 done
 
 # DST that is an existing directory (rename(2) cannot replace it): refused in
-# the pre-check, before any data moves, with exit 4; the directory and its
-# content stay as they were and no temp file is left beside it.
+# the pre-check; the directory and its content stay as they were and no temp
+# file is left beside it.
 ddst="/nvme/$tag/adir"
 for n in $MINICLUSTER_NODES; do
     on_node "$n" sh -c "mkdir -p $ddst && echo keep > $ddst/keep && chown -R $MINICLUSTER_USER /nvme/$tag" ||
         fail "cannot prepare $ddst on $n"
 done
-out=$(PMIX_SRUN_TIMEOUT=60 pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
-    --timeout=30s --source "$src" --dest "$ddst" 2>"$errf")
-rc=$?
-[ "$rc" -ne 124 ] || fail "engine hung (DST a directory)"
-[ "$rc" = 4 ] || fail "DST a directory: exit code $rc, expected 4: $out $(cat "$errf")"
-printf '%s\n' "$out" | grep -q "in pre-check: $ddst is a directory" ||
-    fail "message does not say that $ddst is a directory: $out"
-printf '%s\n' "$out" | grep -q "0 copied, 0 already current, $k failed" &&
-    printf '%s\n' "$out" | grep -q " transfer 0.000s " ||
-    fail "data moved before the refusal: $out"
+refused "$ddst" "in pre-check: $ddst is a directory"
 for n in $MINICLUSTER_NODES; do
     [ "$(on_node "$n" cat "$ddst/keep")" = keep ] || fail "$n: $ddst changed"
     left=$(on_node "$n" sh -c "ls -A /nvme/$tag | grep '\.tmp\$'" || true)
