@@ -678,7 +678,6 @@ int main(int argc, char **argv)
         if (r->rank == 0)
             fprintf(stderr, "stagehand-bcast: --expect-ranks=%d: the MPI job has "
                     "%d rank(s)\n", r->o.expect_ranks, r->wsize);
-        sh_wireup_finalize();
         MPI_Finalize();
         return SH_EXIT_USAGE;
     }
@@ -687,7 +686,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "stagehand-bcast: --source-rank=%d: the job has "
                     "only %d rank(s), 0 to %d\n", r->o.source_rank, r->wsize,
                     r->wsize - 1);
-        sh_wireup_finalize();
         MPI_Finalize();
         return SH_EXIT_USAGE;
     }
@@ -729,7 +727,6 @@ int main(int argc, char **argv)
         MPI_Comm_free(&r->node_comm);
     sh_guard_exit_code = code;
     sh_guard_done = 1;
-    sh_wireup_finalize();
     MPI_Finalize();
     return code;
 }

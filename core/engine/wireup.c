@@ -19,9 +19,10 @@
  * all nodes. A data-less PMIx_Fence, tried here once (commit ac0e9d8), goes
  * the same node-local way as MPI_Init's own, which is why it did not help;
  * with this one, 160 pairs of concurrent runs gave no crash, and
- * tests/cluster/test_engine_mpi_startup.sh fails without it. Under the agent's own PMIx server the fence costs one more round
- * over its control tree; the agent's count of start-up fences (stage.c,
- * MPI_INIT_FENCES) still marks "every rank finished MPI_Init". */
+ * tests/cluster/test_engine_mpi_startup.sh fails without it. Under the
+ * agent's own PMIx server the fence costs one more round over its control
+ * tree; the agent's count of start-up fences (stage.c, MPI_INIT_FENCES)
+ * still marks "every rank finished MPI_Init". */
 #include "config.h"
 
 #include <stdbool.h>
@@ -39,8 +40,6 @@
 
 #include "wireup.h"
 
-static bool wireup_inited;
-
 int sh_wireup_init_barrier(char *err, size_t errlen)
 {
     pmix_proc_t me;
@@ -48,7 +47,6 @@ int sh_wireup_init_barrier(char *err, size_t errlen)
     pmix_info_t info;
     pmix_status_t rc;
     bool collect = true;
-    uint8_t ready = 1;
 
     /* Only join a client Open MPI already started: with no PMIx server
      * PMIx_Init would start a singleton of its own. */
@@ -59,32 +57,24 @@ int sh_wireup_init_barrier(char *err, size_t errlen)
         snprintf(err, errlen, "PMIx_Init: %s", PMIx_Error_string(rc));
         return -1;
     }
-    wireup_inited = true;
     PMIX_VALUE_CONSTRUCT(&val);
     val.type = PMIX_UINT8;
-    val.data.uint8 = ready;
+    val.data.uint8 = 1;
     rc = PMIx_Put(PMIX_GLOBAL, "stagehand.engine.ready", &val);
     if (rc == PMIX_SUCCESS)
         rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS) {
         snprintf(err, errlen, "PMIx_Put/PMIx_Commit: %s", PMIx_Error_string(rc));
-        return -1;
+    } else {
+        PMIX_INFO_CONSTRUCT(&info);
+        PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+        rc = PMIx_Fence(NULL, 0, &info, 1);
+        PMIX_INFO_DESTRUCT(&info);
+        if (rc != PMIX_SUCCESS)
+            snprintf(err, errlen, "PMIx_Fence: %s", PMIx_Error_string(rc));
     }
-    PMIX_INFO_CONSTRUCT(&info);
-    PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-    rc = PMIx_Fence(NULL, 0, &info, 1);
-    PMIX_INFO_DESTRUCT(&info);
-    if (rc != PMIX_SUCCESS) {
-        snprintf(err, errlen, "PMIx_Fence: %s", PMIx_Error_string(rc));
-        return -1;
-    }
-    return 1;
-}
-
-void sh_wireup_finalize(void)
-{
-    if (wireup_inited) {
-        wireup_inited = false;
-        (void)PMIx_Finalize(NULL, 0);
-    }
+    /* Drop our reference at once: only Open MPI's keeps the client up, and
+     * its MPI_Finalize ends it as before. */
+    (void)PMIx_Finalize(NULL, 0);
+    return rc == PMIX_SUCCESS ? 1 : -1;
 }

@@ -16,13 +16,10 @@
  * client to ask (PMIx_Initialized() false: a singleton, or a launch through
  * PMI-2 or another PMI whose own barrier is used); -1 when PMIx failed, with
  * the PMIx status string written to @err (@errlen bytes, caller's buffer).
- * Blocks with no timeout of its own: the caller's start-up alarm bounds it
- * (guard.h, sh_guard_limit_startup). */
+ * Takes and drops its own reference on Open MPI's PMIx client (PMIx_Init
+ * and PMIx_Finalize are reference-counted). Blocks with no timeout of its
+ * own: the caller's start-up alarm bounds it (guard.h,
+ * sh_guard_limit_startup). */
 int sh_wireup_init_barrier(char *err, size_t errlen);
-
-/* Release the PMIx client reference sh_wireup_init_barrier took (PMIx_Init
- * is reference-counted; Open MPI keeps its own). Call before MPI_Finalize;
- * a no-op when the barrier did not take one. */
-void sh_wireup_finalize(void);
 
 #endif
