@@ -81,6 +81,15 @@ fail:
     return -1;
 }
 
+void sh_status_clear(struct sh_status *st)
+{
+    st->ok = false;
+    st->node[0] = '\0';
+    st->message[0] = '\0';
+    st->n_images = 0;
+    st->n_summaries = 0;
+}
+
 int sh_status_read(const char *path, struct sh_status *st)
 {
     char line[SH_KV_LINE_MAX];
@@ -88,7 +97,7 @@ int sh_status_read(const char *path, struct sh_status *st)
     FILE *f;
     int fd, version = -1, have_result = 0;
 
-    memset(st, 0, sizeof(*st));
+    sh_status_clear(st);
     fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -1;
