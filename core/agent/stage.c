@@ -788,6 +788,159 @@ static int decode_src(const unsigned char *data, uint32_t len, const char *src,
     return 0;
 }
 
+/* ------------------------------------------------ destinations in use -- */
+
+/* A job's claim on a destination on this node: the file "claim.<img>" in its
+ * runtime directory (/run/stagehand/<jobid>[.<step>], owned by the job user,
+ * mode 0700, removed by the epilog when the job ends) holding DST, SRC and
+ * SRC's identity as the leader saw it (size, mtime, ctime). Staging replaces
+ * DST atomically, but a job that is running reopens DST at each step
+ * (pyxis imports the image at every srun): another job of the same user that
+ * staged other content to the same DST would change the image under it
+ * (new-user trial, 2026-12-01: two versions of app.sqsh, one default DST). */
+static int claim_text(const char *dst, const struct sh_src_id *id, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s\n%s\n%" PRIu64 " %" PRId64 " %" PRIu32 " %" PRId64
+                     " %" PRIu32 "\n", dst, id->path, id->size, id->mtime.sec,
+                     id->mtime.nsec, id->ctime.sec, id->ctime.nsec);
+
+    return n > 0 && (size_t)n < len ? n : -1;
+}
+
+/* Record this job's claim on image @img (temp file + rename, so a reader
+ * never sees half of it). A claim that cannot be written only loses the
+ * protection: warned, not fatal. */
+static void claim_write(const struct agent *a, size_t img, const char *dst,
+                        const struct sh_src_id *id)
+{
+    char text[2 * PATH_MAX + 128], tmp[64], name[32];
+    int dfd, fd, n = claim_text(dst, id, text, sizeof(text));
+    bool ok = false;
+
+    snprintf(name, sizeof(name), "claim.%zu", img);
+    snprintf(tmp, sizeof(tmp), ".claim.%zu.tmp", img);
+    dfd = open(a->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0 && n > 0) {
+        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            ok = write(fd, text, (size_t)n) == n;
+            ok = close(fd) == 0 && ok;
+            ok = ok && renameat(dfd, tmp, dfd, name) == 0;
+            if (!ok)
+                unlinkat(dfd, tmp, 0);
+        }
+    }
+    if (!ok)
+        sh_warn("stage", "cannot record the use of %s in %s: %s (other jobs of this "
+                "user are not kept from replacing it)", dst, a->rundir, strerror(errno));
+    if (dfd >= 0)
+        close(dfd);
+}
+
+static void claim_remove(const struct agent *a, size_t img)
+{
+    char path[sizeof(a->rundir) + 32];
+
+    snprintf(path, sizeof(path), "%s/claim.%zu", a->rundir, img);
+    unlink(path);
+}
+
+/* Does a claim in directory @jdir (a runtime directory under @rfd) name @dst
+ * with other content than @mine (claim_text without its first line)? Its
+ * source into @their. */
+static bool claims_differ(int rfd, const char *jdir, const char *dst, const char *mine,
+                          char *their, size_t theirlen)
+{
+    struct dirent *de;
+    bool found = false;
+    DIR *d;
+    int fd = openat(rfd, jdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0)
+        return false; /* another user's job (0700), or gone meanwhile */
+    d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return false;
+    }
+    while (!found && (de = readdir(d)) != NULL) {
+        char text[2 * PATH_MAX + 128], *nl;
+        ssize_t n;
+        int cfd;
+
+        if (strncmp(de->d_name, "claim.", 6) != 0)
+            continue;
+        cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (cfd < 0)
+            continue;
+        n = read(cfd, text, sizeof(text) - 1);
+        close(cfd);
+        if (n <= 0)
+            continue;
+        text[n] = '\0';
+        nl = strchr(text, '\n');
+        if (nl == NULL)
+            continue;
+        *nl = '\0';
+        if (strcmp(text, dst) != 0 || strcmp(nl + 1, mine) == 0)
+            continue;
+        found = true;
+        nl = strchr(nl + 1, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        snprintf(their, theirlen, "%s", text + strlen(text) + 1);
+    }
+    closedir(d);
+    return found;
+}
+
+/* Another running job's claim on @dst with another source or another
+ * version of it (its identity differs): that job's id into @who and its
+ * source into @their. This job's own claims (its steps included) never
+ * conflict. Every job writes its claim before it looks for others', so of
+ * two jobs that stage different content to one DST on one node at the same
+ * moment at least one sees the other's claim and is refused (both may be);
+ * neither replaces the image of a job that runs. */
+static bool claim_conflict(const struct agent *a, const char *dst, const struct sh_src_id *id,
+                           char *who, size_t wholen, char *their, size_t theirlen)
+{
+    char text[2 * PATH_MAX + 128];
+    const char *mine;
+    struct dirent *de;
+    bool found = false;
+    DIR *d;
+    int rfd;
+
+    if (claim_text(dst, id, text, sizeof(text)) < 0)
+        return false;
+    mine = strchr(text, '\n') + 1;
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return false;
+    d = fdopendir(rfd);
+    if (d == NULL) {
+        close(rfd);
+        return false;
+    }
+    while (!found && (de = readdir(d)) != NULL) {
+        char *end;
+        unsigned long long jobid;
+
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        errno = 0;
+        jobid = strtoull(de->d_name, &end, 10);
+        if (errno != 0 || (*end != '\0' && *end != '.') || jobid == a->in.jobid)
+            continue;
+        if (claims_differ(dirfd(d), de->d_name, dst, mine, their, theirlen)) {
+            snprintf(who, wholen, "%llu", jobid);
+            found = true;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 /* Remove what this node's engine of this job left next to @dst when it was
  * killed (SIGKILL leaves it no chance): ".<name>.stage.<jobid>.<node>.<pid>
  * .tmp" (the engine's temp names, core/common/publish.c). Runs as the job
@@ -1399,13 +1552,13 @@ static int verify_copy_digest(struct agent *a, size_t img, const char *dst, bool
     return 0;
 }
 
-static void stage_image(struct agent *a, size_t img)
+static void stage_image_run(struct agent *a, size_t img)
 {
     const char *src = sh_spec_set_src(a->specs, img);
     const char *dst = sh_spec_set_dst(a->specs, img);
     struct sh_ctl_result votes;
     struct sh_src_id id;
-    char buf[SH_STATUS_LINE_MAX], err[SH_STATUS_LINE_MAX], why[256];
+    char buf[SH_STATUS_LINE_MAX], err[SH_STATUS_LINE_MAX], why[1536];
     unsigned char *plan = NULL;
     uint32_t plen = 0, npart = 0, mypos = UINT32_MAX;
     uint32_t *part = NULL;
@@ -1463,6 +1616,7 @@ static void stage_image(struct agent *a, size_t img)
             return;
         }
     }
+    claim_write(a, img, dst, &id);
 
     /* 2. every node votes; first, is DST's directory shared between nodes
      * (F01: a network filesystem; F02: another node's marker is visible)? */
@@ -1482,7 +1636,21 @@ static void stage_image(struct agent *a, size_t img)
                 snprintf(why, sizeof(why), "%.150s is shared with node %.40s (its "
                          "marker file is visible here)", dir, who);
         } else {
+            char their[PATH_MAX];
+
             v = vote_for(a, dst, &id, why, sizeof(why));
+            /* Also when DST is current: a job with another claim may be
+             * about to replace it (both claims are written before either is
+             * looked for, so at least one of two such jobs sees the other). */
+            if ((v == VOTE_NEED || v == VOTE_CURRENT) &&
+                claim_conflict(a, dst, &id, who, sizeof(who), their, sizeof(their))) {
+                v = VOTE_ERROR;
+                snprintf(why, sizeof(why), "%.400s is in use by job %.32s, which staged "
+                         "it from %.400s (another source, or the same one before it "
+                         "changed): replacing it would change that job's image; stage to "
+                         "another destination, or wait until job %.32s ends", dst, who,
+                         their, who);
+            }
         }
     }
     len = snprintf(buf, sizeof(buf), "%d %s", (int)v, why);
@@ -1781,6 +1949,16 @@ static void report(struct agent *a)
     sh_kv_put(a->out, SH_AGENT_OUT_FAULT, !a->failed ? "none" : a->node_fault ? "node" : "user");
     sh_kv_put(a->out, SH_AGENT_OUT_MESSAGE, a->message);
     fflush(a->out);
+}
+
+/* Stage image @img; a failed staging does not use DST, so it drops its claim. */
+static void stage_image(struct agent *a, size_t img)
+{
+    bool failed_before = a->failed;
+
+    stage_image_run(a, img);
+    if (!failed_before && a->failed)
+        claim_remove(a, img);
 }
 
 int sh_agent_prolog_main(void)
