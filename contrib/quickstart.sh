@@ -63,6 +63,8 @@ if [ ! -s "$img" ]; then
     chmod 0644 "$work/rootfs.sqsh"
     mv "$work/rootfs.sqsh" "$img"
     rm -rf "$work"
+else
+    echo "reusing $img from an earlier run (remove it to build a new one)"
 fi
 size=$(stat -c %s "$img")
 sum=$(sha256sum "$img" | cut -d' ' -f1)

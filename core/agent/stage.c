@@ -549,7 +549,9 @@ static int check_dest_path(const struct agent *a, const char *dst, char *why,
         if (next == NULL) {
             /* DST itself */
             if (S_ISDIR(sb.st_mode)) {
-                snprintf(why, whylen, "destination %s is a directory", dst);
+                snprintf(why, whylen, "destination %s is a directory (DST names the "
+                         "file to publish; end DST with '/' to stage into that "
+                         "directory under SRC's file name)", dst);
                 break;
             }
             if (!S_ISLNK(sb.st_mode) && sb.st_uid != a->in.uid && sb.st_uid != 0 &&
