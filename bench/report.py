@@ -21,6 +21,32 @@ METHODS = [
 STAGEHAND = ("plugin", "plugin-agent", "chain")
 
 
+# Where the no-op's time goes, read off the slurmd logs (SlurmdDebug=debug) of
+# one job of each kind at N=8 on the host of the 2026-12-01 runs; rewritten by
+# hand when the product or the host changes.
+NOOP_ANALYSIS = (
+    "Where it goes (slurmd logs at SlurmdDebug=debug, one job of each kind at N=8, "
+    "2026-12-01 13:23 UTC; t = 0 when slurmd on n1 starts `slurmstepd spank prolog`). "
+    "Without the option the job script starts when n1's own prolog has ended: its "
+    "slurmstepd reached the plugins at 97 ms and slurmd saw the end at 113 ms. With it, "
+    "n1's prolog also waits for every other node's agent: the other slurmds started their "
+    "prologs up to 36 ms after n1's, and with 8 slurmstepds starting at once on the host's "
+    "2 cores the last one reached the plugins at 168 ms, before stagehand runs there at "
+    "all. From then on stagehand's part on that node took 89 ms: the agent started 43 ms "
+    "later (posix_spawn, exec, loading its libraries while the other agents run), its "
+    "setup took 10 ms (site key, OpenSSL, initgroups through NSS), joining the control tree "
+    "7 ms, and the result (the leader's stat of SRC over sshfs, the votes, the plan) came "
+    "21 ms after that. n1's prolog ended at about 260 ms; slurmd polls a prolog at 10, 30, "
+    "70, 150, 310, 630 ms after its start and then every second when PrologEpilogTimeout "
+    "is set (run_command_waitpid_timeout, Slurm 22.05; a blocking wait without it), and "
+    "saw the end at 336 ms. On this host the no-op therefore costs mostly the slowest of 8 "
+    "slurmstepds that share 2 cores (on the host of the 05:57 UTC run slurmstepd reached "
+    "the plugins in 23 ms and the no-op added 50 ms). An agent's no-op takes about 17 ms "
+    "of CPU (perf stat, one node by hand: 485 page faults, each a hypervisor exit on this "
+    "VM, where `/bin/true` takes 1.5-2 ms). The smallest N shows the same work when the "
+    "nodes do not outnumber the cores.\n")
+
+
 def load_calib(path):
     c = {}
     for line in open(path):
@@ -152,42 +178,32 @@ def main():
     targets = []
     if noop:
         size = min(k[0] for k, _ in noop)
-        n = max(k[2] for k, _ in noop)
-        a_ = stats(size, "noop", n)
-        b_ = stats(size, "nooption", n)
-        md.append(f"## No-op at N={n}\n")
+        ns = sorted({k[2] for k, _ in noop})
+        md.append(f"## No-op at N={'/'.join(str(n) for n in ns)}\n")
         md.append("Job start (allocation) -> job script start of a job whose nodes all hold a current copy "
                   "(`--stage-image`, nothing copied) against the same job without the option, "
-                  "alternating.\n")
-        md.append("| job | median s | min-max s | storage bytes | ok |")
-        md.append("|---|---|---|---|---|")
-        for nm, st in (("with --stage-image, all current", a_), ("without the option", b_)):
-            if st:
-                md.append(f"| {nm} | {st['med']:.3f} | {st['min']:.3f}-{st['max']:.3f} | "
-                          f"{st['sb']:.0f} | {st['n_ok']}/{st['n']} |")
-        if a_ and b_:
-            d = a_["med"] - b_["med"]
-            md.append(f"\nAdded by the no-op: **{1000 * d:.0f} ms** (median difference).\n")
-            md.append("Where it goes (timestamps of one no-op job at N=8 in the slurmd logs "
-                      "at SlurmdDebug=debug, 2026-11-30 18:58 UTC; t = 0 when slurmd on n1 "
-                      "starts `slurmstepd spank prolog`): the job script starts once the batch "
-                      "host's (n1's) prolog has ended and its slurmd has noticed; slurmd "
-                      "notices by polling 10, 30, 70, 150 ms ... after the start (then every "
-                      "second), so a prolog that ends at 31 ms is seen at 70 ms. Without the "
-                      "option n1's prolog ends at about 25 ms (slurmstepd itself needs 23 ms to "
-                      "reach the plugins) and is seen at 30 ms. With it: the plugin starts the "
-                      "agent at 44 ms (7-29 ms after the plugin is entered on the 8 nodes: 8 "
-                      "slurmstepds and 8 agents start at once on the host's 2 cores), the "
-                      "agents' setup takes 2-13 ms, the control tree is complete when the last "
-                      "node's agent connects (58 ms; that node's slurmd started its prolog 22 "
-                      "ms after n1's), the decision takes 3 ms, n1's prolog ends at 66 ms and "
-                      "is seen at 70 ms: the job script started at 86 ms. So about 40 ms of "
-                      "prolog work, half of it waiting for a CPU, pushes the end past slurmd's "
-                      "30 ms poll to its 70 ms poll. On real nodes (own cores) the agent's part "
-                      "is a few ms and the rendezvous waits only for the slowest node's "
-                      "slurmd.\n")
-            targets.append((f"no-op adds <= 50 ms median at N={n}", d <= 0.050,
-                            f"{1000 * d:.0f} ms"))
+                  "alternating. The target is at the largest N; the smallest N, where the nodes do "
+                  "not outnumber the host's cores, shows what the same work costs without the "
+                  "queueing for a CPU.\n")
+        md.append("| N | job | median s | min-max s | storage bytes | ok |")
+        md.append("|---|---|---|---|---|---|")
+        added = {}
+        for n in ns:
+            a_ = stats(size, "noop", n)
+            b_ = stats(size, "nooption", n)
+            for nm, st in (("with --stage-image, all current", a_), ("without the option", b_)):
+                if st:
+                    md.append(f"| {n} | {nm} | {st['med']:.3f} | {st['min']:.3f}-{st['max']:.3f} | "
+                              f"{st['sb']:.0f} | {st['n_ok']}/{st['n']} |")
+            if a_ and b_:
+                added[n] = a_["med"] - b_["med"]
+        if added:
+            md.append("\nAdded by the no-op (median difference): " +
+                      ", ".join(f"**{1000 * d:.0f} ms** at N={n}" for n, d in added.items()) + ".\n")
+            md.append(NOOP_ANALYSIS)
+            n = max(added)
+            targets.append((f"no-op adds <= 50 ms median at N={n}", added[n] <= 0.050,
+                            f"{1000 * added[n]:.0f} ms"))
 
     # targets
     big = max(sizes)

@@ -12,7 +12,8 @@
 #   sbcast   Slurm's own broadcast, run inside the allocation on its first node
 #   cp       every node copies from the shared filesystem at once (srun cp)
 #   noop     sbatch --stage-image when every node is already current, against
-#            the same job without the option ("nooption")
+#            the same job without the option ("nooption"), at the largest and
+#            the smallest N
 #
 # and for every run the bytes the storage host read (rchar of its sftp server
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
@@ -76,7 +77,7 @@ while [ $# -gt 0 ]; do
         --no-build) build=0; shift ;;
         --keep) keep=1; shift ;;
         --out) out=${2:?}; shift 2 ;;
-        -h | --help) sed -n '2,45p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,/^set -e/{/^set -e/d;p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -499,8 +500,13 @@ for size in $sizes; do
         alloc=""
     done
     if has noop && [ "$size" = "$(printf '%s\n' $sizes | sort -n | head -1)" ]; then
-        say "no-op: N=$maxn, $noop_reps pairs (load $(load1))"
-        run_noop "$size" "$maxn" "$noop_reps" "$src" "$dst"
+        # at the largest N (the target) and at the smallest, where the nodes
+        # do not outnumber the host's cores: the difference is what 8 nodes'
+        # slurmstepds and agents cost when they share 2 cores
+        for n in $(printf '%s\n' $nodes | sort -n | sed -n '1p;$p' | sort -un); do
+            say "no-op: N=$n, $noop_reps pairs (load $(load1))"
+            run_noop "$size" "$n" "$noop_reps" "$src" "$dst"
+        done
     fi
     if [ "$smoke" = 1 ]; then
         want=$(sha256sum "$STATE/export/bench-$size.img" | cut -d' ' -f1)

@@ -287,7 +287,7 @@ static int run_staging(const struct stage_job *job, int ac, char **av)
     static struct agent_result res; /* ~0.6 MiB: not on the stack */
     char status_path[512];
     int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
-    int64_t deadline;
+    int64_t deadline, t_entry = now_ns();
     pid_t pid;
     int wstatus = 0, rc;
 
@@ -343,6 +343,10 @@ static int run_staging(const struct stage_job *job, int ac, char **av)
         close(out_pipe[0]);
         goto record;
     }
+    /* SlurmdDebug=debug: with the agent's own "ready after" line, where a
+     * staging's start-up time goes (bench/results: the no-op). */
+    slurm_debug("stagehand: job %u: agent %d started %.1f ms after the plugin was called",
+                job->jobid, (int)pid, (double)(now_ns() - t_entry) / 1e6);
     signal(SIGPIPE, SIG_IGN);
     if (write_inputs(in_pipe[1], job, ac, av) != 0)
         slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
