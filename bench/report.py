@@ -11,7 +11,7 @@ import subprocess
 from collections import defaultdict
 
 METHODS = [
-    ("plugin", "stagehand, sbatch --stage-image: job start (allocation, prolog starts) -> job script start (first step), from slurmctld's log and the script's clock; it moves in steps of 1 s because slurmd notices the end of a prolog by polling it 10, 30, 70, 150 ms ... and then once a second after starting it (Slurm 22.05 waitpid_timeout)"),
+    ("plugin", "stagehand, sbatch --stage-image: job start (allocation, prolog starts) -> job script start (first step), from slurmctld's log and the script's clock; it moves in steps of 1 s because slurmd notices the end of a prolog by polling it 10, 30, 70, 150, 310, 630 ms and then once a second after starting it (Slurm 22.05 run_command_waitpid_timeout, when PrologEpilogTimeout is set)"),
     ("plugin-agent", "stagehand, same runs: the agent's own staging time (slurmd log)"),
     ("chain", "stagehand-bcast --algorithm=chain (srun in the allocation)"),
     ("bcast", "stagehand-bcast --algorithm=bcast (MPI_Ibcast per segment)"),
