@@ -802,27 +802,38 @@ static int decode_src(const unsigned char *data, uint32_t len, const char *src,
  * (new-user trial, 2026-12-01: two versions of app.sqsh, one default DST). */
 static int claim_text(const char *dst, const struct sh_src_id *id, char *buf, size_t len)
 {
-    int n = snprintf(buf, len, "%s\n%s\n%" PRIu64 " %" PRId64 " %" PRIu32 " %" PRId64
-                     " %" PRIu32 "\n", dst, id->path, id->size, id->mtime.sec,
-                     id->mtime.nsec, id->ctime.sec, id->ctime.nsec);
+    int n = snprintf(buf, len, "%s\n%s\n", dst, id->path), m;
 
-    return n > 0 && (size_t)n < len ? n : -1;
+    if (n <= 0 || (size_t)n >= len)
+        goto toolong;
+    /* SRC's identity as the leader sends it to every node (encode_src) */
+    m = encode_src(buf + n, len - (size_t)n, 1, id, NULL);
+    if ((size_t)n + (size_t)m + 1 >= len)
+        goto toolong;
+    buf[n + m] = '\n';
+    buf[n + m + 1] = '\0';
+    return n + m + 1;
+toolong:
+    errno = ENAMETOOLONG;
+    return -1;
 }
 
-/* Record this job's claim on image @img (temp file + rename, so a reader
- * never sees half of it). A claim that cannot be written only loses the
- * protection: warned, not fatal. */
+/* Record this job's claim @text (@n bytes, from claim_text; n < 0: none) on
+ * image @img, whose DST is @dst (temp file + rename, so a reader never sees
+ * half of it). A claim that cannot be written only loses the protection:
+ * warned, not fatal. */
 static void claim_write(const struct agent *a, size_t img, const char *dst,
-                        const struct sh_src_id *id)
+                        const char *text, int n)
 {
-    char text[2 * PATH_MAX + 128], tmp[64], name[32];
-    int dfd, fd, n = claim_text(dst, id, text, sizeof(text));
+    char tmp[64], name[32];
+    int dfd = -1, fd;
     bool ok = false;
 
     snprintf(name, sizeof(name), "claim.%zu", img);
     snprintf(tmp, sizeof(tmp), ".claim.%zu.tmp", img);
-    dfd = open(a->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd >= 0 && n > 0) {
+    if (n > 0)
+        dfd = open(a->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0) {
         fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
             ok = write(fd, text, (size_t)n) == n;
@@ -897,25 +908,22 @@ static bool claims_differ(int rfd, const char *jdir, const char *dst, const char
 }
 
 /* Another running job's claim on @dst with another source or another
- * version of it (its identity differs): that job's id into @who and its
+ * version of it than this job's @claim (claim_text; its identity differs):
+ * that job's id into @who and its
  * source into @their. This job's own claims (its steps included) never
  * conflict. Every job writes its claim before it looks for others', so of
  * two jobs that stage different content to one DST on one node at the same
  * moment at least one sees the other's claim and is refused (both may be);
  * neither replaces the image of a job that runs. */
-static bool claim_conflict(const struct agent *a, const char *dst, const struct sh_src_id *id,
+static bool claim_conflict(const struct agent *a, const char *dst, const char *claim,
                            char *who, size_t wholen, char *their, size_t theirlen)
 {
-    char text[2 * PATH_MAX + 128];
-    const char *mine;
+    const char *mine = strchr(claim, '\n') + 1; /* SRC and its identity */
     struct dirent *de;
     bool found = false;
     DIR *d;
     int rfd;
 
-    if (claim_text(dst, id, text, sizeof(text)) < 0)
-        return false;
-    mine = strchr(text, '\n') + 1;
     rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rfd < 0)
         return false;
@@ -1561,6 +1569,8 @@ static void stage_image_run(struct agent *a, size_t img)
     struct sh_ctl_result votes;
     struct sh_src_id id;
     char buf[SH_STATUS_LINE_MAX], err[SH_STATUS_LINE_MAX], why[1536];
+    char claim[2 * PATH_MAX + 128]; /* claim_text: DST, SRC, SRC's identity */
+    int clen;
     unsigned char *plan = NULL;
     uint32_t plen = 0, npart = 0, mypos = UINT32_MAX;
     uint32_t *part = NULL;
@@ -1618,7 +1628,8 @@ static void stage_image_run(struct agent *a, size_t img)
             return;
         }
     }
-    claim_write(a, img, dst, &id);
+    clen = claim_text(dst, &id, claim, sizeof(claim));
+    claim_write(a, img, dst, claim, clen);
 
     /* 2. every node votes; first, is DST's directory shared between nodes
      * (F01: a network filesystem; F02: another node's marker is visible)? */
@@ -1644,8 +1655,8 @@ static void stage_image_run(struct agent *a, size_t img)
             /* Also when DST is current: a job with another claim may be
              * about to replace it (both claims are written before either is
              * looked for, so at least one of two such jobs sees the other). */
-            if ((v == VOTE_NEED || v == VOTE_CURRENT) &&
-                claim_conflict(a, dst, &id, who, sizeof(who), their, sizeof(their))) {
+            if ((v == VOTE_NEED || v == VOTE_CURRENT) && clen > 0 &&
+                claim_conflict(a, dst, claim, who, sizeof(who), their, sizeof(their))) {
                 v = VOTE_ERROR;
                 snprintf(why, sizeof(why), "%.400s is in use by job %.32s, which staged "
                          "it from %.400s (another source, or the same one before it "
