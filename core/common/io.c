@@ -32,6 +32,7 @@ static const struct sh_io_ops real_ops = {
     .fstat = real_fstat,
     .renameat = renameat,
     .unlinkat = unlinkat,
+    .fadvise = posix_fadvise,
 };
 
 const struct sh_io_ops *sh_io_default(void)

@@ -73,6 +73,8 @@ struct ring {
     uint64_t next_read;     /* readers: next segment to claim */
     uint64_t *slot_seg;     /* readers: segment whose read completed in each
                              * slot (UINT64_MAX: none yet) */
+    uint64_t dropped;       /* readers: SRC's pages of [0, dropped) were
+                             * dropped from the page cache */
     int src_failed;         /* reader thread hit a source error */
     int abort;
 
@@ -92,21 +94,52 @@ static int slot_free(const struct ring *r, uint64_t k)
     return k < m + r->depth;
 }
 
+/* Drop SRC's pages of segments [lo, hi) from the reader's page cache
+ * (posix_fadvise(2) DONTNEED; advisory, errors do not matter). The reader
+ * never reads these bytes again; kept, staging S bytes would leave S of SRC
+ * cached on the reader node next to the S of DST, and a FUSE source opened
+ * without caching (sshfs -o cache=no) invalidates them all at the next open:
+ * measured 0.15-0.6 s per GiB inside open(2) of the next run on the test
+ * cluster. */
+static void drop_behind(const struct ring *r, uint64_t lo, uint64_t hi)
+{
+    const struct sh_io_ops *io = r->cfg->io != NULL ? r->cfg->io : sh_io_default();
+    const struct sh_sched *s = r->s;
+    uint64_t off, end;
+
+    if (lo >= hi)
+        return;
+    off = sh_sched_offset(s, lo);
+    end = sh_sched_offset(s, hi - 1) + sh_sched_len(s, hi - 1);
+    (void)io->fadvise(r->cfg->src_fd, (off_t)off, (off_t)(end - off),
+                      POSIX_FADV_DONTNEED);
+}
+
 /* Reader threads (rank 0): each claims the next segment, reads it into its
  * slot without the lock, and publishes it; avail advances over the segments
  * complete in order. Several reads in flight keep a network filesystem busy
  * while one read waits for its round trip (measured on the test cluster's
  * sshfs storage: one read at a time forwarded 48 MB/s, four 59 MB/s on a
- * 60 MB/s link; bench/results). */
+ * 60 MB/s link; bench/results).
+ *
+ * Pages are dropped only behind avail, never for a segment read out of
+ * order: a thread still reading an earlier segment makes the kernel read
+ * ahead past its end (read_ahead_kb, 256 KiB on the test cluster's sshfs) into
+ * the next segments, and pages dropped there before that happens are read
+ * from the storage a second time. Dropping each segment as soon as its own
+ * read ended did exactly that: 0.25-1.6 MB more storage traffic per staging,
+ * in 256 KiB steps, at random (bench/results/run-2026-12-01T1339Z.csv).
+ * Behind avail no read is in flight, and read-ahead only goes forward. */
 static void *reader_main(void *arg)
 {
     struct ring *r = arg;
     const struct sh_sched *s = r->s;
+    const struct sh_io_ops *io = r->cfg->io;
 
     for (;;) {
         struct sh_seg_hdr hdr = { SH_SEG_OK, 0, 0 };
         unsigned char *b;
-        uint64_t k;
+        uint64_t k, lo, hi;
         size_t len;
         int failed;
 
@@ -129,19 +162,9 @@ static void *reader_main(void *arg)
              * is marked bad and never read */
             hdr.status = SH_SEG_READ_ERROR;
         } else {
-            ssize_t n = sh_io_pread_full(NULL, r->cfg->src_fd, b, len,
+            ssize_t n = sh_io_pread_full(io, r->cfg->src_fd, b, len,
                                          sh_sched_offset(s, k));
 
-            /* The reader never reads these bytes again: drop them from its
-             * page cache as it goes (posix_fadvise(2), advisory: errors do
-             * not matter). Otherwise staging S bytes leaves S of SRC cached
-             * on the reader node next to the S of DST, and a FUSE source
-             * opened without caching (sshfs -o cache=no) invalidates them
-             * all at the next open: measured 0.15-0.6 s per GiB inside
-             * open(2) of the next run on the test cluster. */
-            if (n > 0)
-                (void)posix_fadvise(r->cfg->src_fd, (off_t)sh_sched_offset(s, k),
-                                    (off_t)n, POSIX_FADV_DONTNEED);
             if (n < 0) {
                 hdr.status = SH_SEG_READ_ERROR;     /* case F29 */
                 hdr.err = (uint32_t)errno;
@@ -161,8 +184,12 @@ static void *reader_main(void *arg)
         r->slot_seg[k % r->depth] = k;
         while (r->avail < r->limit && r->slot_seg[r->avail % r->depth] == r->avail)
             r->avail++;
+        lo = r->dropped;
+        hi = r->src_failed ? lo : r->avail;
+        r->dropped = hi;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
+        drop_behind(r, lo, hi);
     }
     return NULL;
 }

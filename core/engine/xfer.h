@@ -11,6 +11,7 @@
 
 #include "opts.h"
 #include "stagehand/hash.h"
+#include "stagehand/io.h"
 #include "stagehand/publish.h"
 #include "stagehand/sched.h"
 
@@ -23,6 +24,9 @@ struct sh_xfer_cfg {
                                  * 1..depth (0 means 1) */
     enum sh_hash_algo hash;
     int src_fd;                 /* reader: SRC, opened as the user; else -1 */
+    const struct sh_io_ops *io; /* reader: pread(2) and posix_fadvise(2) of
+                                 * SRC; NULL: the real calls (a unit-test
+                                 * seam, tests/unit/check_xfer.c) */
     struct sh_publish *pub;     /* temp file to write, or NULL (reader whose
                                  * copy is current) */
     uint64_t deadline_ns;       /* CLOCK_MONOTONIC, absolute */

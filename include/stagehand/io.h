@@ -25,6 +25,8 @@ struct sh_io_ops {
     int (*renameat)(int olddirfd, const char *oldpath, int newdirfd,
                     const char *newpath);
     int (*unlinkat)(int dirfd, const char *path, int flags);
+    /* posix_fadvise(2): returns 0 or an errno value (not -1) */
+    int (*fadvise)(int fd, off_t off, off_t len, int advice);
 };
 
 /* The real syscalls. Never NULL; the struct is static and read-only. */
