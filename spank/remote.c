@@ -22,6 +22,8 @@
 static struct {
     bool asked;           /* the job asked for staging */
     bool failed;          /* fail every task of this step */
+    bool node_only;       /* the failure is this node's alone (no status
+                           * here): said by its first task, not task 0 */
     bool show_summary;    /* print the per-image summary (task 0) */
     char message[SH_STATUS_LINE_MAX + 512];
     struct sh_status status;
@@ -94,7 +96,7 @@ int sh_remote_user_init(spank_t sp)
     if (rc != 0 && errno == ENOENT) {
         if (!step_staged && !job_asked(sp))
             return 0;
-        remote.asked = remote.failed = true;
+        remote.asked = remote.failed = remote.node_only = true;
         snprintf(remote.message, sizeof(remote.message),
                  "--stage-image: job %u has no staging status on this node: the "
                  "job prolog did not run stagehand here. Is PrologFlags=Alloc "
@@ -104,7 +106,7 @@ int sh_remote_user_init(spank_t sp)
     }
     remote.asked = true;
     if (rc != 0) {
-        remote.failed = true;
+        remote.failed = remote.node_only = true;
         snprintf(remote.message, sizeof(remote.message),
                  "--stage-image: cannot read the staging status %s: %s", path,
                  strerror(errno));
@@ -140,8 +142,15 @@ int sh_remote_task_init(spank_t sp)
     if (!remote.asked)
         return 0;
     if (remote.failed) {
-        fprintf(stderr, "stagehand: %s\n", remote.message);
-        fflush(stderr);
+        /* Every task fails, but the message is said once: the staging
+         * result is the same on every node of the step (the nodes agreed on
+         * it), so global task 0 says it; a node without a status of its own
+         * says so from its first task. */
+        if (spank_get_item(sp, remote.node_only ? S_TASK_ID : S_TASK_GLOBAL_ID,
+                           &taskid) != ESPANK_SUCCESS || taskid == 0) {
+            fprintf(stderr, "stagehand: %s\n", remote.message);
+            fflush(stderr);
+        }
         return -1;
     }
     if (remote.show_summary &&

@@ -5,6 +5,8 @@
 # (a) job A staged v1 to DST and runs; job B asks for v2 at DST: B fails with
 #     a message naming DST and job A, A's nodes keep v1, A still sees v1, no
 #     drain, no temp file;
+#     (a2) a step's own image (srun --stage-image) is refused the same way,
+#     with the message said once for the step;
 # (b) job C asks for v1 at DST while A runs: a no-op, it runs;
 # (c) after A and C end, v2 at DST is staged normally;
 # (d) two jobs asking for v1 and v2 at DST at the same moment: never both
@@ -67,6 +69,18 @@ grep -qE "stagehand: --stage-image failed: image $dst: .*$dst is in use by job $
 echo "job B was told: $(grep -m1 'is in use by job' "/shared/$tok.b.out")"
 dst_is "$h1" "(a) after B"
 [ -z "$(temp_files_in "/nvme/$tok")" ] || fail "(a) temp files left: $(temp_files_in "/nvme/$tok")"
+
+# (a2) the same refusal for a step's own image (srun --stage-image inside an
+# allocation): the step fails before its tasks run, and the message is said
+# once, not once per task (new-user trial: it was printed by every task)
+out=$(as_user salloc -J "$tag" -N2 srun -N2 -n4 --overcommit --stage-image="$v2:$dst" \
+    sh -c 'echo step-task-ran' 2>&1) && fail "(a2) the step succeeded: $out"
+! grep -q step-task-ran <<<"$out" || fail "(a2) a task ran without its image: $out"
+[ "$(grep -c "is in use by job $a" <<<"$out")" -eq 1 ] ||
+    fail "(a2) the refusal is not said exactly once: $out"
+echo "the step was told (once): $(grep 'is in use by job' <<<"$out" | cut -c1-120)..."
+dst_is "$h1" "(a2) after the step"
+assert_no_drain
 
 # (b) the same content while A runs: a no-op
 c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.c.out" --stage-verbose \
