@@ -1280,22 +1280,31 @@ static const char *json_str(const char *from, const char *key, char *out, size_t
 }
 
 /* One line per image from the engine's summary: "DST: 2 copied, 1 current of
- * 3 nodes; 1.00 GiB in 4.12 s (248.5 MiB/s)". */
+ * 3 nodes; 1.00 GiB in 4.12 s (248.5 MiB/s)", and, when the engine first
+ * waited for another run staging DST (case F03), "; waited 9.8 s for job 57
+ * on n1 staging it". */
 static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
                            double secs, char *buf, size_t len)
 {
     double copied = json_num(json, "nodes_copied", -1);
     double bytes = json_num(json, "bytes_transferred", 0);
-    char size[32];
+    double waited = json_num(json, "lock_wait_s", 0);
+    char size[32], owner[96] = "";
+    int n;
 
     sh_format_size((uint64_t)bytes, size, sizeof(size));
     if (copied < 0) {
         snprintf(buf, len, "%s: staged on %u nodes in %.2f s", dst, nnodes, secs);
         return;
     }
-    snprintf(buf, len, "%s: %.0f copied, %.0f current of %u nodes; %s in %.2f s (%.1f MiB/s)",
-             dst, copied, (double)nnodes - copied, nnodes, size, secs,
-             secs > 0 ? bytes / secs / 1048576.0 : 0.0);
+    n = snprintf(buf, len, "%s: %.0f copied, %.0f current of %u nodes; %s in %.2f s (%.1f MiB/s)",
+                 dst, copied, (double)nnodes - copied, nnodes, size, secs,
+                 secs > 0 ? bytes / secs / 1048576.0 : 0.0);
+    if (waited > 0 && n > 0 && (size_t)n < len) {
+        json_str(json, "lock_owner", owner, sizeof(owner));
+        snprintf(buf + n, len - (size_t)n, "; waited %.1f s for %s staging it", waited,
+                 owner[0] != '\0' ? owner : "another run");
+    }
 }
 
 /* Debug line with the engine's own phase clock (its JSON "seconds"), so a

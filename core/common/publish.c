@@ -404,3 +404,41 @@ void sh_publish_unlock(int lockfd)
     if (lockfd >= 0)
         close(lockfd);
 }
+
+int sh_publish_lock_set_owner(int lockfd, const char *owner)
+{
+    char line[128];
+    int n = snprintf(line, sizeof(line), "%s\n", owner);
+
+    if (n < 0 || (size_t)n >= sizeof(line)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (ftruncate(lockfd, 0) != 0)
+        return -1;
+    return sh_io_pwrite_full(NULL, lockfd, line, (size_t)n, 0);
+}
+
+int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len)
+{
+    char lname[NAME_MAX + 1];
+    ssize_t n;
+    int fd;
+
+    if (len == 0 || sh_publish_lockname(name, lname, sizeof(lname)) != 0)
+        return -1;
+    fd = openat(dirfd, lname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    n = sh_io_pread_full(NULL, fd, out, len - 1, 0);
+    sh_io_close_keep_errno(NULL, fd);
+    if (n < 0)
+        return -1;
+    out[n] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+    if (out[0] == '\0') {
+        errno = ENODATA;
+        return -1;
+    }
+    return 0;
+}

@@ -74,11 +74,14 @@ void sh_vote_error(struct sh_node_vote *v, int err, const char *fmt, ...)
 void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
                       struct sh_node_vote *v, MPI_Comm leaders)
 {
-    uint64_t bound = sh_now_ns() + o->timeout_ns / 2;
+    uint64_t start = sh_now_ns(), bound = start + o->timeout_ns / 2;
     unsigned seed = (unsigned)getpid() ^ (unsigned)sh_now_ns();
+    int waited = 0;
 
     d->dirfd = d->lockfd = -1;
     d->have_temp = 0;
+    d->lock_wait_s = 0;
+    d->lock_owner[0] = '\0';
     if (sh_publish_open_dir(o->dest, 1, &d->dirfd, d->name, sizeof(d->name)) != 0)
         sh_vote_error(v, errno, "cannot create or open the directory of %s: %s",
                       o->dest, strerror(errno));
@@ -88,9 +91,19 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
 
         if (v->vote != SH_VOTE_ERROR &&
             sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0) {
-            if (errno == ETIMEDOUT)
+            if (errno == ETIMEDOUT) {
                 busy = 1;
-            else if (errno == EACCES || errno == EPERM || errno == EROFS)
+                /* whom we wait for, as the holder recorded it (advisory) */
+                sh_publish_lock_owner(d->dirfd, d->name, d->lock_owner,
+                                      sizeof(d->lock_owner));
+            } else if (errno == ELOOP) {
+                char lname[NAME_MAX + 1] = "";
+
+                sh_publish_lockname(d->name, lname, sizeof(lname));
+                sh_vote_error(v, errno, "the lock file %s next to %s is a symbolic "
+                              "link; refusing to follow it (remove it)", lname,
+                              o->dest);
+            } else if (errno == EACCES || errno == EPERM || errno == EROFS)
                 sh_vote_error(v, errno, "cannot write in the directory of %s "
                               "(its lock file goes there): %s", o->dest,
                               strerror(errno));
@@ -102,8 +115,21 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
         if (rc != MPI_SUCCESS)
             sh_guard_mpi_fatal("pre-check", "MPI_Iallreduce", rc);
         sh_guard_wait(&req, "pre-check", "MPI_Iallreduce");
-        if (!any_busy)
+        if (!any_busy) {
+            if (waited)
+                d->lock_wait_s = (double)(sh_now_ns() - start) / 1e9;
+            if (d->lockfd >= 0) {
+                char owner[96];
+
+                /* advisory: a waiting run names us; failing to write it
+                 * changes nothing else */
+                sh_msgf(owner, sizeof(owner), "job %s on %s", sh_guard_jobid,
+                        sh_guard_host);
+                (void)sh_publish_lock_set_owner(d->lockfd, owner);
+            }
             return;
+        }
+        waited = 1;
         sh_publish_unlock(d->lockfd);
         d->lockfd = -1;
         if (sh_now_ns() >= bound) {

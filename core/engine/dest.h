@@ -19,6 +19,10 @@ struct sh_dest {
     int lockfd;                     /* per-DST lock, -1 when not held */
     char name[NAME_MAX + 1];        /* DST basename */
     int have_temp;                  /* sh_guard_pub holds a temp file */
+    double lock_wait_s;             /* seconds spent waiting for another run's
+                                     * lock on DST (the same on every node) */
+    char lock_owner[96];            /* who held it, as that run recorded it
+                                     * ("job 57 on n1"), or "" if unknown */
 };
 
 /* Reference broadcast by the reader after the transfer. */

@@ -529,6 +529,8 @@ static void print_report(struct run *r)
         rep.phase_s[p] = sh_secs(r->t[p], r->t[p + 1]);
     rep.total_s = sh_secs(r->t0, tend);
     rep.bytes_transferred = r->bytes_transferred;
+    rep.lock_wait_s = r->d.lock_wait_s;
+    rep.lock_owner = r->d.lock_owner;
     if (r->ref.status == SH_SEG_OK && r->ref.digest_len > 0) {
         rep.digest_len = r->ref.digest_len;
         memcpy(rep.digest, r->ref.digest, sizeof(rep.digest));

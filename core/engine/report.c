@@ -68,6 +68,12 @@ void sh_report_text(const struct sh_report *r, FILE *out)
     for (int p = 0; p < SH_PH_COUNT; p++)
         fprintf(out, " %s %.3fs", sh_phase_name((enum sh_phase)p), r->phase_s[p]);
     fprintf(out, " = total %.3fs\n", r->total_s);
+    if (r->lock_wait_s > 0)
+        fprintf(out, "  waited %.1fs for another run staging %s%s%s%s\n",
+                r->lock_wait_s, r->opts->dest,
+                r->lock_owner != NULL && r->lock_owner[0] != '\0' ? " (" : "",
+                r->lock_owner != NULL ? r->lock_owner : "",
+                r->lock_owner != NULL && r->lock_owner[0] != '\0' ? ")" : "");
     sh_format_size((uint64_t)rate(r), rt, sizeof(rt));
     sh_format_size(r->opts->segment, seg, sizeof(seg));
     fprintf(out, "  effective rate %s/s (bytes transferred / wall time); "
@@ -132,7 +138,10 @@ void sh_report_json(const struct sh_report *r, FILE *out)
     for (int p = 0; p < SH_PH_COUNT; p++)
         fprintf(out, "\"%s\":%.6f,", sh_phase_name((enum sh_phase)p),
                 r->phase_s[p]);
-    fprintf(out, "\"total\":%.6f},\"node_results\":[", r->total_s);
+    fprintf(out, "\"total\":%.6f},\"lock_wait_s\":%.6f,\"lock_owner\":", r->total_s,
+            r->lock_wait_s);
+    sh_json_string(out, r->lock_owner != NULL ? r->lock_owner : "");
+    fprintf(out, ",\"node_results\":[");
     for (int i = 0; r->results != NULL && i < r->nodes; i++) {
         const struct sh_node_result *n = &r->results[i];
 

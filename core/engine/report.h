@@ -70,6 +70,8 @@ struct sh_report {
     double phase_s[SH_PH_COUNT];    /* consecutive: they add up to total */
     double total_s;
     uint64_t bytes_transferred;     /* SRC bytes that went through the pipeline */
+    double lock_wait_s;             /* waited for another run's lock on DST */
+    const char *lock_owner;         /* that run ("job 57 on n1"), "" or NULL */
     uint8_t digest[SH_HASH_MAX_LEN];
     int digest_len;
     int exit_code;

@@ -106,6 +106,18 @@ int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
 /* Release a lock taken with sh_publish_lock (closes the fd; fd < 0 no-op). */
 void sh_publish_unlock(int lockfd);
 
+/* Record who holds the lock, e.g. "job 57 on n1", in the lock file of
+ * @lockfd (replacing its content), so that a run waiting for it can say whom
+ * it waits for. Returns 0 or -1 with errno from ftruncate(2)/pwrite(2). */
+int sh_publish_lock_set_owner(int lockfd, const char *owner);
+
+/* Read the holder recorded in the lock file of @name in @dirfd into @out
+ * (@len bytes, NUL-terminated, first line only). Returns 0, or -1 with errno
+ * from openat(2)/read(2) (ENOENT, EACCES, ELOOP: the lock file is a symbolic
+ * link) or ENODATA when no holder was recorded. Advisory: the holder may have
+ * changed by the time the caller prints it. */
+int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len);
+
 /* Name of the lock file for @name (".<name>.lock") into @out (@len bytes).
  * Returns 0 or -1 with errno = ENAMETOOLONG. */
 int sh_publish_lockname(const char *name, char *out, size_t len);

@@ -4,7 +4,8 @@
 # and says the directory is not writable, before any data moves; nothing is
 # left in that directory on any node. DST that is an existing directory is
 # refused the same way (found by a new-user trial: the engine used to copy
-# everything and then fail at the rename).
+# everything and then fail at the rename). A symbolic link planted as DST's
+# lock file is refused without following it.
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_dsterr.$$"
@@ -49,5 +50,20 @@ for n in $MINICLUSTER_NODES; do
     left=$(on_node "$n" sh -c "ls -A /nvme/$tag | grep '\.tmp\$'" || true)
     [ -z "$left" ] || fail "temp file left on $n: $left"
 done
+
+# A symbolic link planted where DST's lock file goes is not followed: refused
+# with a message that says so (new-user trial: it said only "Too many levels
+# of symbolic links"); its target is untouched.
+ldst="/nvme/$tag/adir2/img"
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" sh -c "mkdir -p /nvme/$tag/adir2 && echo target > /nvme/$tag/target &&
+        ln -s /nvme/$tag/target /nvme/$tag/adir2/.img.lock && chown -R $MINICLUSTER_USER /nvme/$tag" ||
+        fail "cannot prepare $ldst on $n"
+done
+refused "$ldst" "the lock file .img.lock next to $ldst is a symbolic link; refusing to follow it"
+for n in $MINICLUSTER_NODES; do
+    [ "$(on_node "$n" cat "/nvme/$tag/target")" = target ] || fail "$n: the link's target changed"
+    on_node "$n" test ! -e "$ldst" || fail "$n: $ldst was written"
+done
 wait_nodes_idle || fail "nodes not idle"
-echo "ok: DST in an unwritable directory or an existing directory: exit 4, message names DST, nothing written"
+echo "ok: DST in an unwritable directory, an existing directory, or with a planted lock symlink: exit 4, message names DST, nothing written"

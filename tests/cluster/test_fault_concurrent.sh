@@ -4,7 +4,9 @@
 # complete and identical everywhere, only one of them copies (the other
 # waits on the per-DST lock, re-checks and finds it current), no temp file;
 # (b) eight jobs start together while DST is already current: all succeed at
-# once with "nothing copied", no engine runs. No node drained.
+# once with "nothing copied", no engine runs; (c) a job that waits for
+# another run's lock on DST says how long it waited and for whom. No node
+# drained.
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/cluster/faultlib.sh
@@ -41,10 +43,17 @@ current=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" |
     grep -cE "$dst: (all $k nodes current, nothing copied|0 copied, $k current)" || true)
 [ "$copies" = 1 ] && [ "$current" = 1 ] ||
     fail "expected one copy and one no-op: $(cat "/shared/$tok.a.out" "/shared/$tok.b.out")"
+# the one that found DST current after the engine had started waited for the
+# other's lock: its summary says so and names that job
+waiter=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -E "$dst: 0 copied, $k current" || true)
+if [ -n "$waiter" ]; then
+    echo "$waiter" | grep -qE "; waited [0-9]+\.[0-9] s for job ($a|$b) on [A-Za-z0-9_-]+ staging it" ||
+        fail "the waiting job's summary does not say whom it waited for: $waiter"
+fi
 assert_staged_everywhere "$src" "$dst"
 assert_no_temp_files "$dst"
 assert_no_drain
-echo "ok: (a) two concurrent jobs: one copied, the other waited and found DST current"
+echo "ok: (a) two concurrent jobs: one copied, the other waited and found DST current${waiter:+ ($waiter)}"
 
 # (b) eight at once, DST current
 ids=()
@@ -62,3 +71,36 @@ assert_no_temp_files "$dst"
 for j in "${ids[@]}" "$a" "$b"; do assert_runtime_gone "$j"; done
 assert_no_drain
 echo "ok: (b) eight jobs with DST current: all no-ops ($((SECONDS - t0)) s for all)"
+
+# (c) another run holds DST's lock on every node for 5 s (here flock(1) as the
+# user, with the holder recorded as a staging run records it): the job waits,
+# then copies, and its summary says how long it waited and for whom.
+dst2=/nvme/$tok/img2
+holders=()
+for n in $MINICLUSTER_NODES; do
+    on_node_as_user "$n" flock -x "/nvme/$tok/.img2.lock" \
+        sh -c "printf 'job 424242 on elsewhere\n' >/nvme/$tok/.img2.lock; sleep 5" &
+    holders+=("$!")
+done
+for n in $MINICLUSTER_NODES; do
+    for _ in $(seq 50); do
+        on_node "$n" grep -q 424242 "/nvme/$tok/.img2.lock" 2>/dev/null && break
+        sleep 0.1
+    done
+    on_node "$n" grep -q 424242 "/nvme/$tok/.img2.lock" || fail "(c) the lock holder did not start on $n"
+done
+c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.held.out" --stage-verbose \
+    --stage-image="$src:$dst2" --wrap 'cmp "$STAGEHAND_IMAGE" '"$src"' && echo script-ran') ||
+    fail "sbatch (c)"
+st=$(wait_job_end "$c" 120)
+wait "${holders[@]}"
+[ "$st" = COMPLETED ] || fail "(c) job $c ended $st: $(cat "/shared/$tok.held.out")"
+grep -q script-ran "/shared/$tok.held.out" || fail "(c) job $c: $(cat "/shared/$tok.held.out")"
+line=$(grep -E "$dst2: $k copied, 0 current" "/shared/$tok.held.out") ||
+    fail "(c) job $c did not copy: $(cat "/shared/$tok.held.out")"
+echo "$line" | grep -qE "; waited [1-9][0-9]*\.[0-9] s for job 424242 on elsewhere staging it" ||
+    fail "(c) the summary does not say it waited for the holder: $line"
+assert_staged_everywhere "$src" "$dst2"
+assert_no_temp_files "$dst2"
+assert_no_drain
+echo "ok: (c) waited for another run's lock, then copied: $line"

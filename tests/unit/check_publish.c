@@ -392,6 +392,46 @@ START_TEST(lock_bounded_wait)
 }
 END_TEST
 
+/* case F03: the holder of a lock records who it is; a waiting run reads it */
+START_TEST(lock_owner_recorded)
+{
+    char owner[96];
+    int a = -1;
+
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), 0);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
+    ck_assert_int_eq(errno, ENODATA);
+    ck_assert_int_eq(sh_publish_lock_set_owner(a, "job 57 on node-with-a-long-name"), 0);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), 0);
+    ck_assert_str_eq(owner, "job 57 on node-with-a-long-name");
+    /* the next holder replaces it, nothing of the old text remains */
+    ck_assert_int_eq(sh_publish_lock_set_owner(a, "job 8 on n2"), 0);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), 0);
+    ck_assert_str_eq(owner, "job 8 on n2");
+    /* a short buffer gets a truncated, terminated name */
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, 6), 0);
+    ck_assert_str_eq(owner, "job 8");
+    sh_publish_unlock(a);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "none", owner, sizeof(owner)), -1);
+    ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+/* A symbolic link planted where the lock file goes is never followed. */
+START_TEST(lock_symlink_refused)
+{
+    char owner[96];
+    int a = -1;
+
+    ck_assert_int_eq(symlinkat("/etc/passwd", dirfd_, ".img.lock"), 0);
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), -1);
+    ck_assert_int_eq(errno, ELOOP);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
+    ck_assert_int_eq(errno, ELOOP);
+    ck_assert_int_eq(unlinkat(dirfd_, ".img.lock", 0), 0);
+}
+END_TEST
+
 START_TEST(open_dir_creates_parents)
 {
     char dst[PATH_MAX];
@@ -464,6 +504,8 @@ int main(void)
     tcase_add_test(tc, tmpname_rules);
     tcase_add_test(tc, sweep_stale);
     tcase_add_test(tc, lock_bounded_wait);
+    tcase_add_test(tc, lock_owner_recorded);
+    tcase_add_test(tc, lock_symlink_refused);
     tcase_add_test(tc, open_dir_creates_parents);
     tcase_add_test(tc, signal_cleanup_unlinks);
     tcase_add_test(tc, publish_buffer_and_empty);

@@ -110,6 +110,32 @@ START_TEST(json_fields)
 }
 END_TEST
 
+/* case F03: a run that first waited for another run's lock says so, and
+ * whom it waited for; one that did not wait prints no such line. */
+START_TEST(lock_wait_reported)
+{
+    struct sh_report r;
+    struct sh_bcast_opts o;
+    struct sh_node_result res[3];
+    const char *out;
+
+    sample(&r, &o, res);
+    ck_assert_ptr_null(strstr(capture(sh_report_text, &r), "waited"));
+    ck_assert_ptr_nonnull(strstr(capture(sh_report_json, &r),
+                                 "\"lock_wait_s\":0.000000,\"lock_owner\":\"\""));
+    r.lock_wait_s = 9.84;
+    r.lock_owner = "job 57 on n1";
+    out = capture(sh_report_text, &r);
+    ck_assert_ptr_nonnull(strstr(out, "  waited 9.8s for another run staging "
+                                      "/nvme/img.sqsh (job 57 on n1)\n"));
+    out = capture(sh_report_json, &r);
+    ck_assert_ptr_nonnull(strstr(out, "\"lock_wait_s\":9.840000,\"lock_owner\":\"job 57 on n1\""));
+    r.lock_owner = "";
+    ck_assert_ptr_nonnull(strstr(capture(sh_report_text, &r),
+                                 "for another run staging /nvme/img.sqsh\n"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("report");
@@ -118,6 +144,7 @@ int main(void)
     tcase_add_test(tc, json_escaping);
     tcase_add_test(tc, text_names_failures);
     tcase_add_test(tc, json_fields);
+    tcase_add_test(tc, lock_wait_reported);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }
