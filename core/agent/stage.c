@@ -1280,9 +1280,10 @@ static const char *json_str(const char *from, const char *key, char *out, size_t
 }
 
 /* One line per image from the engine's summary: "DST: 2 copied, 1 current of
- * 3 nodes; 1.00 GiB in 4.12 s (248.5 MiB/s)", and, when the engine first
- * waited for another run staging DST (case F03), "; waited 9.8 s for job 57
- * on n1 staging it". */
+ * 3 nodes; 1.00 GiB in 4.12 s (248.5 MiB/s)" (or, when every node turned out
+ * current, "all 3 nodes current (staged by another run meanwhile), nothing
+ * copied"), and, when the engine first waited for another run staging DST
+ * (case F03), "; waited 9.8 s for job 57 on n1 staging it". */
 static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
                            double secs, char *buf, size_t len)
 {
@@ -1297,9 +1298,13 @@ static void engine_summary(const char *json, const char *dst, uint32_t nnodes,
         snprintf(buf, len, "%s: staged on %u nodes in %.2f s", dst, nnodes, secs);
         return;
     }
-    n = snprintf(buf, len, "%s: %.0f copied, %.0f current of %u nodes; %s in %.2f s (%.1f MiB/s)",
-                 dst, copied, (double)nnodes - copied, nnodes, size, secs,
-                 secs > 0 ? bytes / secs / 1048576.0 : 0.0);
+    if (copied == 0)    /* another run staged it since the nodes voted */
+        n = snprintf(buf, len, "%s: all %u nodes current (staged by another run "
+                     "meanwhile), nothing copied (%.3f s)", dst, nnodes, secs);
+    else
+        n = snprintf(buf, len, "%s: %.0f copied, %.0f current of %u nodes; %s in %.2f s "
+                     "(%.1f MiB/s)", dst, copied, (double)nnodes - copied, nnodes, size,
+                     secs, secs > 0 ? bytes / secs / 1048576.0 : 0.0);
     if (waited > 0 && n > 0 && (size_t)n < len) {
         json_str(json, "lock_owner", owner, sizeof(owner));
         snprintf(buf + n, len - (size_t)n, "; waited %.1f s for %s staging it", waited,

@@ -401,8 +401,14 @@ int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
 
 void sh_publish_unlock(int lockfd)
 {
-    if (lockfd >= 0)
+    if (lockfd >= 0) {
+        /* the holder recorded in it leaves with us: a run that finds the
+         * lock busy later never names a holder that is gone */
+        int rc = ftruncate(lockfd, 0);      /* advisory: errors do not matter */
+
+        (void)rc;
         close(lockfd);
+    }
 }
 
 int sh_publish_lock_set_owner(int lockfd, const char *owner)

@@ -103,12 +103,14 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
  * errno. */
 int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd);
-/* Release a lock taken with sh_publish_lock (closes the fd; fd < 0 no-op). */
+/* Release a lock taken with sh_publish_lock: clears the holder recorded with
+ * sh_publish_lock_set_owner and closes the fd (fd < 0: no-op). */
 void sh_publish_unlock(int lockfd);
 
 /* Record who holds the lock, e.g. "job 57 on n1", in the lock file of
  * @lockfd (replacing its content), so that a run waiting for it can say whom
- * it waits for. Returns 0 or -1 with errno from ftruncate(2)/pwrite(2). */
+ * it waits for. Returns 0, or -1 with errno ENAMETOOLONG (@owner longer than
+ * 126 bytes) or from ftruncate(2)/pwrite(2). */
 int sh_publish_lock_set_owner(int lockfd, const char *owner);
 
 /* Read the holder recorded in the lock file of @name in @dirfd into @out

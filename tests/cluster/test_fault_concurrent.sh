@@ -40,14 +40,14 @@ for j in "$a:a" "$b:b"; do
 done
 copies=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -oE "$dst: [0-9]+ copied" | grep -vc ': 0 copied' || true)
 current=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" |
-    grep -cE "$dst: (all $k nodes current, nothing copied|0 copied, $k current)" || true)
+    grep -cE "$dst: all $k nodes current(, | \(staged by another run meanwhile\), )nothing copied" || true)
 [ "$copies" = 1 ] && [ "$current" = 1 ] ||
     fail "expected one copy and one no-op: $(cat "/shared/$tok.a.out" "/shared/$tok.b.out")"
 # the one that found DST current after the engine had started waited for the
 # other's lock: its summary says so and names that job
-waiter=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -E "$dst: 0 copied, $k current" || true)
+waiter=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -E "$dst: .*; waited" || true)
 if [ -n "$waiter" ]; then
-    echo "$waiter" | grep -qE "; waited [0-9]+\.[0-9] s for job ($a|$b) on [A-Za-z0-9_-]+ staging it" ||
+    echo "$waiter" | grep -qE "^stagehand: $dst: all $k nodes current \(staged by another run meanwhile\), nothing copied \([0-9.]+ s\); waited [0-9]+\.[0-9] s for job ($a|$b) on [A-Za-z0-9_-]+ staging it\$" ||
         fail "the waiting job's summary does not say whom it waited for: $waiter"
 fi
 assert_staged_everywhere "$src" "$dst"

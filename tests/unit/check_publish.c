@@ -411,7 +411,11 @@ START_TEST(lock_owner_recorded)
     /* a short buffer gets a truncated, terminated name */
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, 6), 0);
     ck_assert_str_eq(owner, "job 8");
+    /* released: the holder is gone from the file, which itself stays */
     sh_publish_unlock(a);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
+    ck_assert_int_eq(errno, ENODATA);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), 0);
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "none", owner, sizeof(owner)), -1);
     ck_assert_int_eq(errno, ENOENT);
 }
