@@ -270,7 +270,7 @@ int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
 /* Does @d_name look like ".<name>.stage.<job>.<host>.<pid>.tmp"? Stores the
  * host field into @host (@len bytes). */
 static int parse_tmp(const char *d_name, const char *name, char *host,
-                     size_t len)
+                     size_t len, char *job, size_t jlen)
 {
     size_t nlen = strlen(name);
     size_t dlen = strlen(d_name);
@@ -304,6 +304,14 @@ static int parse_tmp(const char *d_name, const char *name, char *host,
         return 0;
     memcpy(host, first + 1, hlen);
     host[hlen] = '\0';
+    if (job != NULL) {
+        size_t n = (size_t)(first - mid);
+
+        if (n == 0 || n >= jlen)
+            return 0;
+        memcpy(job, mid, n);
+        job[n] = '\0';
+    }
     return 1;
 }
 
@@ -336,7 +344,7 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
         struct stat st;
         int stale;
 
-        if (!parse_tmp(de->d_name, name, thost, sizeof(thost)))
+        if (!parse_tmp(de->d_name, name, thost, sizeof(thost), NULL, 0))
             continue;
         if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
@@ -401,50 +409,54 @@ int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
 
 void sh_publish_unlock(int lockfd)
 {
-    if (lockfd >= 0) {
-        /* the holder recorded in it leaves with us: a run that finds the
-         * lock busy later never names a holder that is gone */
-        int rc = ftruncate(lockfd, 0);      /* advisory: errors do not matter */
-
-        (void)rc;
+    if (lockfd >= 0)
         close(lockfd);
-    }
 }
 
-int sh_publish_lock_set_owner(int lockfd, const char *owner)
-{
-    char line[128];
-    int n = snprintf(line, sizeof(line), "%s\n", owner);
-
-    if (n < 0 || (size_t)n >= sizeof(line)) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    if (ftruncate(lockfd, 0) != 0)
-        return -1;
-    return sh_io_pwrite_full(NULL, lockfd, line, (size_t)n, 0);
-}
+/* A temp file not written for this long is a dead run's, not the holder's. */
+#define OWNER_IDLE_S 60
 
 int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len)
 {
-    char lname[NAME_MAX + 1];
-    ssize_t n;
-    int fd;
+    char job[NAME_MAX + 1], host[NAME_MAX + 1];
+    time_t newest = 0, now = time(NULL);
+    struct dirent *de;
+    DIR *dir;
+    int fd, found = 0;
 
-    if (len == 0 || sh_publish_lockname(name, lname, sizeof(lname)) != 0)
+    if (len == 0) {
+        errno = EINVAL;
         return -1;
-    fd = openat(dirfd, lname, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    }
+    fd = dup(dirfd);
     if (fd < 0)
         return -1;
-    n = sh_io_pread_full(NULL, fd, out, len - 1, 0);
-    sh_io_close_keep_errno(NULL, fd);
-    if (n < 0)
+    dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
         return -1;
-    out[n] = '\0';
-    out[strcspn(out, "\n")] = '\0';
-    if (out[0] == '\0') {
+    }
+    rewinddir(dir);
+    while ((de = readdir(dir)) != NULL) {
+        char j[NAME_MAX + 1], h[NAME_MAX + 1];
+        struct stat st;
+
+        if (!parse_tmp(de->d_name, name, h, sizeof(h), j, sizeof(j)) ||
+            fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            st.st_mtime + OWNER_IDLE_S < now)
+            continue;
+        if (!found || st.st_mtime >= newest) {
+            memcpy(job, j, sizeof(job));
+            memcpy(host, h, sizeof(host));
+            newest = st.st_mtime;
+            found = 1;
+        }
+    }
+    closedir(dir);
+    if (!found) {
         errno = ENODATA;
         return -1;
     }
+    snprintf(out, len, "job %s on %s", job, host);
     return 0;
 }

@@ -90,18 +90,10 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
         MPI_Request req;
 
         if (v->vote != SH_VOTE_ERROR &&
-            sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) == 0) {
-            char owner[96];
-
-            /* advisory: a run that finds the lock busy names us; failing to
-             * write it changes nothing else */
-            sh_msgf(owner, sizeof(owner), "job %s on %s", sh_guard_jobid,
-                    sh_guard_host);
-            (void)sh_publish_lock_set_owner(d->lockfd, owner);
-        } else if (v->vote != SH_VOTE_ERROR) {
+            sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0) {
             if (errno == ETIMEDOUT) {
                 busy = 1;
-                /* whom we wait for, as the holder recorded it (advisory) */
+                /* whom we wait for: the run whose temp file is there */
                 sh_publish_lock_owner(d->dirfd, d->name, d->lock_owner,
                                       sizeof(d->lock_owner));
             } else if (errno == ELOOP) {

@@ -21,8 +21,8 @@ struct sh_dest {
     int have_temp;                  /* sh_guard_pub holds a temp file */
     double lock_wait_s;             /* seconds spent waiting for another run's
                                      * lock on DST (the same on every node) */
-    char lock_owner[96];            /* who held it, as that run recorded it
-                                     * ("job 57 on n1"), or "" if unknown */
+    char lock_owner[96];            /* who held it, from its temp file's
+                                     * name ("job 57 on n1"), "" if unknown */
 };
 
 /* Reference broadcast by the reader after the transfer. */

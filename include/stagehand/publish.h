@@ -103,21 +103,17 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
  * errno. */
 int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd);
-/* Release a lock taken with sh_publish_lock: clears the holder recorded with
- * sh_publish_lock_set_owner and closes the fd (fd < 0: no-op). */
+/* Release a lock taken with sh_publish_lock (closes the fd; fd < 0 no-op). */
 void sh_publish_unlock(int lockfd);
 
-/* Record who holds the lock, e.g. "job 57 on n1", in the lock file of
- * @lockfd (replacing its content), so that a run waiting for it can say whom
- * it waits for. Returns 0, or -1 with errno ENAMETOOLONG (@owner longer than
- * 126 bytes) or from ftruncate(2)/pwrite(2). */
-int sh_publish_lock_set_owner(int lockfd, const char *owner);
-
-/* Read the holder recorded in the lock file of @name in @dirfd into @out
- * (@len bytes, NUL-terminated, first line only). Returns 0, or -1 with errno
- * from openat(2)/read(2) (ENOENT, EACCES, ELOOP: the lock file is a symbolic
- * link) or ENODATA when no holder was recorded. Advisory: the holder may have
- * changed by the time the caller prints it. */
+/* Who holds the lock of @name in @dirfd, for a run that finds it busy: the
+ * run whose temp file for @name (sh_publish_tmpname) is there, written to in
+ * the last 60 s (older ones are dead runs'), the newest if several, as "job <jobid> on <host>" into @out (@len bytes, truncated,
+ * NUL-terminated). Nothing is written for this: a run that copies has its
+ * temp file beside DST. Returns 0, or -1 with errno ENODATA (no temp file:
+ * the holder is still deciding, or found its copy current), EINVAL (@len 0)
+ * or from opendir(3). Advisory: the holder may have changed by the time the
+ * caller prints it. */
 int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len);
 
 /* Name of the lock file for @name (".<name>.lock") into @out (@len bytes).

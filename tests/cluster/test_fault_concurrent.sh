@@ -73,21 +73,22 @@ assert_no_drain
 echo "ok: (b) eight jobs with DST current: all no-ops ($((SECONDS - t0)) s for all)"
 
 # (c) another run holds DST's lock on every node for 5 s (here flock(1) as the
-# user, with the holder recorded as a staging run records it): the job waits,
+# user, with a temp file named as a copying run names its own): the job waits,
 # then copies, and its summary says how long it waited and for whom.
 dst2=/nvme/$tok/img2
+held=/nvme/$tok/.img2.stage.424242.elsewhere.1.tmp
 holders=()
 for n in $MINICLUSTER_NODES; do
     on_node_as_user "$n" flock -x "/nvme/$tok/.img2.lock" \
-        sh -c "printf 'job 424242 on elsewhere\n' >/nvme/$tok/.img2.lock; sleep 5" &
+        sh -c "touch $held; sleep 5; rm -f $held" &
     holders+=("$!")
 done
 for n in $MINICLUSTER_NODES; do
     for _ in $(seq 50); do
-        on_node "$n" grep -q 424242 "/nvme/$tok/.img2.lock" 2>/dev/null && break
+        on_node "$n" test -e "$held" && break
         sleep 0.1
     done
-    on_node "$n" grep -q 424242 "/nvme/$tok/.img2.lock" || fail "(c) the lock holder did not start on $n"
+    on_node "$n" test -e "$held" || fail "(c) the lock holder did not start on $n"
 done
 c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.held.out" --stage-verbose \
     --stage-image="$src:$dst2" --wrap 'cmp "$STAGEHAND_IMAGE" '"$src"' && echo script-ran') ||

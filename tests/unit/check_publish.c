@@ -392,45 +392,44 @@ START_TEST(lock_bounded_wait)
 }
 END_TEST
 
-/* case F03: the holder of a lock records who it is; a waiting run reads it */
-START_TEST(lock_owner_recorded)
+/* case F03: a run that finds the lock busy names the holder from the
+ * holder's temp file beside DST; without one (or with only a dead run's,
+ * untouched for over a minute) there is no name. */
+START_TEST(lock_owner_from_temp)
 {
+    struct sh_publish p;
+    struct timespec old[2] = { { 0, 0 }, { 0, 0 } };
     char owner[96];
-    int a = -1;
 
-    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), 0);
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
     ck_assert_int_eq(errno, ENODATA);
-    ck_assert_int_eq(sh_publish_lock_set_owner(a, "job 57 on node-with-a-long-name"), 0);
+    ck_assert_int_eq(sh_publish_begin(&p, NULL, dirfd_, "img", "57", "node-a", 4096, 0644), 0);
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), 0);
-    ck_assert_str_eq(owner, "job 57 on node-with-a-long-name");
-    /* the next holder replaces it, nothing of the old text remains */
-    ck_assert_int_eq(sh_publish_lock_set_owner(a, "job 8 on n2"), 0);
-    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), 0);
-    ck_assert_str_eq(owner, "job 8 on n2");
+    ck_assert_str_eq(owner, "job 57 on node-a");
+    /* another DST's temp is not this one's holder */
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "im", owner, sizeof(owner)), -1);
+    ck_assert_int_eq(errno, ENODATA);
     /* a short buffer gets a truncated, terminated name */
-    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, 6), 0);
-    ck_assert_str_eq(owner, "job 8");
-    /* released: the holder is gone from the file, which itself stays */
-    sh_publish_unlock(a);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, 7), 0);
+    ck_assert_str_eq(owner, "job 57");
+    /* a temp file nobody wrote to for 2 minutes is a dead run's */
+    old[0].tv_sec = old[1].tv_sec = time(NULL) - 120;
+    ck_assert_int_eq(utimensat(dirfd_, p.tmpname, old, 0), 0);
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
     ck_assert_int_eq(errno, ENODATA);
-    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), 0);
-    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "none", owner, sizeof(owner)), -1);
-    ck_assert_int_eq(errno, ENOENT);
+    sh_publish_abort(&p);
+    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
+    ck_assert_int_eq(errno, ENODATA);
 }
 END_TEST
 
 /* A symbolic link planted where the lock file goes is never followed. */
 START_TEST(lock_symlink_refused)
 {
-    char owner[96];
     int a = -1;
 
     ck_assert_int_eq(symlinkat("/etc/passwd", dirfd_, ".img.lock"), 0);
     ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), -1);
-    ck_assert_int_eq(errno, ELOOP);
-    ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
     ck_assert_int_eq(errno, ELOOP);
     ck_assert_int_eq(unlinkat(dirfd_, ".img.lock", 0), 0);
 }
@@ -508,7 +507,7 @@ int main(void)
     tcase_add_test(tc, tmpname_rules);
     tcase_add_test(tc, sweep_stale);
     tcase_add_test(tc, lock_bounded_wait);
-    tcase_add_test(tc, lock_owner_recorded);
+    tcase_add_test(tc, lock_owner_from_temp);
     tcase_add_test(tc, lock_symlink_refused);
     tcase_add_test(tc, open_dir_creates_parents);
     tcase_add_test(tc, signal_cleanup_unlinks);
