@@ -307,7 +307,7 @@ static int parse_tmp(const char *d_name, const char *name, char *host,
     if (job != NULL) {
         size_t n = (size_t)(first - mid);
 
-        if (n == 0 || n >= jlen)
+        if (n >= jlen)
             return 0;
         memcpy(job, mid, n);
         job[n] = '\0';
@@ -315,22 +315,23 @@ static int parse_tmp(const char *d_name, const char *name, char *host,
     return 1;
 }
 
-int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
-                     const char *host, uint64_t max_age_s, unsigned *removed)
+/* One temp file of some run for a DST (its name parsed, its lstat). */
+struct tmp_entry {
+    const char *d_name;
+    char host[NAME_MAX + 1];
+    char job[NAME_MAX + 1];
+    struct stat st;
+};
+
+/* Call @fn for every temp file of @name in @dirfd. Returns 0, or -1 with
+ * errno from dup(2)/fdopendir(3)/readdir(3). */
+static int each_tmp(int dirfd, const char *name,
+                    void (*fn)(const struct tmp_entry *t, void *ctx), void *ctx)
 {
-    char myhost[NAME_MAX + 1];
-    char thost[NAME_MAX + 1];
-    unsigned count = 0;
     struct dirent *de;
     DIR *dir;
-    int fd;
-    time_t now = time(NULL);
+    int fd = dup(dirfd);
 
-    if (removed != NULL)
-        *removed = 0;
-    if (sanitize(myhost, sizeof(myhost), host, 0) != 0)
-        return -1;
-    fd = dup(dirfd);
     if (fd < 0)
         return -1;
     dir = fdopendir(fd);
@@ -341,17 +342,12 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
     rewinddir(dir);
     errno = 0;
     while ((de = readdir(dir)) != NULL) {
-        struct stat st;
-        int stale;
+        struct tmp_entry t;
 
-        if (!parse_tmp(de->d_name, name, thost, sizeof(thost), NULL, 0))
-            continue;
-        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        stale = strcmp(thost, myhost) == 0 ||
-                (now > st.st_mtime && (uint64_t)(now - st.st_mtime) > max_age_s);
-        if (stale && ops(io)->unlinkat(dirfd, de->d_name, 0) == 0)
-            count++;
+        t.d_name = de->d_name;
+        if (parse_tmp(de->d_name, name, t.host, sizeof(t.host), t.job, sizeof(t.job)) &&
+            fstatat(dirfd, de->d_name, &t.st, AT_SYMLINK_NOFOLLOW) == 0)
+            fn(&t, ctx);
         errno = 0;
     }
     if (errno != 0) {
@@ -362,8 +358,43 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
         return -1;
     }
     closedir(dir);
+    return 0;
+}
+
+struct sweep_ctx {
+    const struct sh_io_ops *io;
+    int dirfd;
+    const char *myhost;
+    uint64_t max_age_s;
+    time_t now;
+    unsigned count;
+};
+
+static void sweep_one(const struct tmp_entry *t, void *arg)
+{
+    struct sweep_ctx *c = arg;
+    int stale = strcmp(t->host, c->myhost) == 0 ||
+                (c->now > t->st.st_mtime &&
+                 (uint64_t)(c->now - t->st.st_mtime) > c->max_age_s);
+
+    if (stale && ops(c->io)->unlinkat(c->dirfd, t->d_name, 0) == 0)
+        c->count++;
+}
+
+int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
+                     const char *host, uint64_t max_age_s, unsigned *removed)
+{
+    char myhost[NAME_MAX + 1];
+    struct sweep_ctx c = { io, dirfd, myhost, max_age_s, time(NULL), 0 };
+
     if (removed != NULL)
-        *removed = count;
+        *removed = 0;
+    if (sanitize(myhost, sizeof(myhost), host, 0) != 0)
+        return -1;
+    if (each_tmp(dirfd, name, sweep_one, &c) != 0)
+        return -1;
+    if (removed != NULL)
+        *removed = c.count;
     return 0;
 }
 
@@ -416,47 +447,40 @@ void sh_publish_unlock(int lockfd)
 /* A temp file not written for this long is a dead run's, not the holder's. */
 #define OWNER_IDLE_S 60
 
+struct owner_ctx {
+    time_t now, newest;
+    int found;
+    char job[NAME_MAX + 1], host[NAME_MAX + 1];
+};
+
+static void owner_one(const struct tmp_entry *t, void *arg)
+{
+    struct owner_ctx *c = arg;
+
+    if (t->st.st_mtime + OWNER_IDLE_S < c->now || (c->found && t->st.st_mtime < c->newest))
+        return;
+    memcpy(c->job, t->job, sizeof(c->job));
+    memcpy(c->host, t->host, sizeof(c->host));
+    c->newest = t->st.st_mtime;
+    c->found = 1;
+}
+
 int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len)
 {
-    char job[NAME_MAX + 1], host[NAME_MAX + 1];
-    time_t newest = 0, now = time(NULL);
-    struct dirent *de;
-    DIR *dir;
-    int fd, found = 0;
+    struct owner_ctx c;
 
     if (len == 0) {
         errno = EINVAL;
         return -1;
     }
-    fd = dup(dirfd);
-    if (fd < 0)
+    memset(&c, 0, sizeof(c));
+    c.now = time(NULL);
+    if (each_tmp(dirfd, name, owner_one, &c) != 0)
         return -1;
-    dir = fdopendir(fd);
-    if (dir == NULL) {
-        close(fd);
-        return -1;
-    }
-    rewinddir(dir);
-    while ((de = readdir(dir)) != NULL) {
-        char j[NAME_MAX + 1], h[NAME_MAX + 1];
-        struct stat st;
-
-        if (!parse_tmp(de->d_name, name, h, sizeof(h), j, sizeof(j)) ||
-            fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            st.st_mtime + OWNER_IDLE_S < now)
-            continue;
-        if (!found || st.st_mtime >= newest) {
-            memcpy(job, j, sizeof(job));
-            memcpy(host, h, sizeof(host));
-            newest = st.st_mtime;
-            found = 1;
-        }
-    }
-    closedir(dir);
-    if (!found) {
+    if (!c.found) {
         errno = ENODATA;
         return -1;
     }
-    snprintf(out, len, "job %s on %s", job, host);
+    snprintf(out, len, "job %s on %s", c.job, c.host);
     return 0;
 }
