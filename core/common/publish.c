@@ -268,7 +268,8 @@ int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
 }
 
 /* Does @d_name look like ".<name>.stage.<job>.<host>.<pid>.tmp"? Stores the
- * host field into @host (@len bytes). */
+ * host field into @host (@len bytes) and the job field into @job (@jlen
+ * bytes; @job may be NULL). */
 static int parse_tmp(const char *d_name, const char *name, char *host,
                      size_t len, char *job, size_t jlen)
 {

@@ -68,12 +68,13 @@ void sh_report_text(const struct sh_report *r, FILE *out)
     for (int p = 0; p < SH_PH_COUNT; p++)
         fprintf(out, " %s %.3fs", sh_phase_name((enum sh_phase)p), r->phase_s[p]);
     fprintf(out, " = total %.3fs\n", r->total_s);
-    if (r->lock_wait_s > 0)
-        fprintf(out, "  waited %.1fs for another run staging %s%s%s%s\n",
-                r->lock_wait_s, r->opts->dest,
-                r->lock_owner != NULL && r->lock_owner[0] != '\0' ? " (" : "",
-                r->lock_owner != NULL ? r->lock_owner : "",
-                r->lock_owner != NULL && r->lock_owner[0] != '\0' ? ")" : "");
+    if (r->lock_wait_s > 0) {
+        fprintf(out, "  waited %.1fs for another run staging %s", r->lock_wait_s,
+                r->opts->dest);
+        if (r->lock_owner != NULL && r->lock_owner[0] != '\0')
+            fprintf(out, " (%s)", r->lock_owner);
+        fputc('\n', out);
+    }
     sh_format_size((uint64_t)rate(r), rt, sizeof(rt));
     sh_format_size(r->opts->segment, seg, sizeof(seg));
     fprintf(out, "  effective rate %s/s (bytes transferred / wall time); "

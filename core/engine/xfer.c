@@ -101,9 +101,9 @@ static int slot_free(const struct ring *r, uint64_t k)
  * without caching (sshfs -o cache=no) invalidates them all at the next open:
  * measured 0.15-0.6 s per GiB inside open(2) of the next run on the test
  * cluster. */
-static void drop_behind(const struct ring *r, uint64_t lo, uint64_t hi)
+static void drop_behind(const struct ring *r, const struct sh_io_ops *io,
+                        uint64_t lo, uint64_t hi)
 {
-    const struct sh_io_ops *io = r->cfg->io != NULL ? r->cfg->io : sh_io_default();
     const struct sh_sched *s = r->s;
     uint64_t off, end;
 
@@ -134,7 +134,7 @@ static void *reader_main(void *arg)
 {
     struct ring *r = arg;
     const struct sh_sched *s = r->s;
-    const struct sh_io_ops *io = r->cfg->io;
+    const struct sh_io_ops *io = r->cfg->io != NULL ? r->cfg->io : sh_io_default();
 
     for (;;) {
         struct sh_seg_hdr hdr = { SH_SEG_OK, 0, 0 };
@@ -189,7 +189,7 @@ static void *reader_main(void *arg)
         r->dropped = hi;
         pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
-        drop_behind(r, lo, hi);
+        drop_behind(r, io, lo, hi);
     }
     return NULL;
 }

@@ -108,9 +108,10 @@ void sh_publish_unlock(int lockfd);
 
 /* Who holds the lock of @name in @dirfd, for a run that finds it busy: the
  * run whose temp file for @name (sh_publish_tmpname) is there, written to in
- * the last 60 s (older ones are dead runs'), the newest if several, as "job <jobid> on <host>" into @out (@len bytes, truncated,
- * NUL-terminated). Nothing is written for this: a run that copies has its
- * temp file beside DST. Returns 0, or -1 with errno ENODATA (no temp file:
+ * the last 60 s (older ones are dead runs'), the newest if several, as
+ * "job <jobid> on <host>" into @out (@len bytes, truncated, NUL-terminated).
+ * Nothing is written for this: a run that copies has its temp file beside
+ * DST. Returns 0, or -1 with errno ENODATA (no temp file:
  * the holder is still deciding, or found its copy current), EINVAL (@len 0)
  * or from opendir(3). Advisory: the holder may have changed by the time the
  * caller prints it. */
