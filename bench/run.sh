@@ -200,8 +200,12 @@ thp_fallbacks() { awk '$1 == "thp_file_fallback" { print $2 }' /proc/vmstat; }
 mem_mark() { mem0=("$(thp_fallbacks)" "$(reported_kib)"); }
 mem_note() {
     echo "$(($(thp_fallbacks) - mem0[0])) tmpfs huge-page fallbacks," \
-        "$((($(reported_kib) - mem0[1]) >> 10)) MiB reported to the hypervisor"
+        "$(mem_reported_mib) MiB reported to the hypervisor"
 }
+# MiB of free memory the VM handed back to the hypervisor since mem_mark (the
+# CSV's host_reported_mib: a run during which this is large is slower for
+# every method, bench/results/host-memory.md)
+mem_reported_mib() { echo $((($(reported_kib) - mem0[1]) >> 10)); }
 
 # Every node 1..$1 holds $2 with $3 bytes (size check; the engine verifies
 # content itself, and the smoke run checks the digest too).
@@ -217,7 +221,7 @@ dst_ok() {
 csv="$out/latest.csv"
 mkdir -p "$out"
 scratch=$(mktemp -d /tmp/stagehand-bench.XXXXXX)   # per-run outputs of the tools
-echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases" >"$csv.tmp"
+echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases,host_reported_mib" >"$csv.tmp"
 row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
 
 # ------------------------------------------------------------ calibration -
@@ -349,12 +353,13 @@ if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
     say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(mem_note)"
-    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases"
+    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases" "$(mem_reported_mib)"
 }
 
 run_sbcast() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1
     clean_dst $((n * size << 20))
+    mem_mark
     s0=$(storage_rchar)
     t0=$(now)
     as_user timeout 900 srun --jobid="$alloc" -N1 -n1 -w n1 sbcast -f "$src" "$dst" \
@@ -363,12 +368,13 @@ run_sbcast() { # size nodes rep src dst
     s1=$(storage_rchar)
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "sbcast N=$n failed: $(tail -3 "$scratch/sbcast.err" | tr '\n' ' ')"
-    row "$size" sbcast "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)"
+    row "$size" sbcast "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)"
 }
 
 run_cp() { # size nodes rep src dst
     local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1
     clean_dst $((n * size << 20))
+    mem_mark
     s0=$(storage_rchar)
     t0=$(now)
     as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 cp "$src" "$dst" \
@@ -377,7 +383,7 @@ run_cp() { # size nodes rep src dst
     s1=$(storage_rchar)
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "cp N=$n failed: $(tail -3 "$scratch/cp.err" | tr '\n' ' ')"
-    row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)"
+    row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)"
 }
 
 # Epoch seconds at which slurmctld started job $1 ("sched: Allocate" or
@@ -447,7 +453,7 @@ run_plugin() { # size nodes rep src dst
     say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(mem_note)"
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "plugin N=$n failed (job output or staging)"
-    row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)"
+    row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)" "" "$(mem_reported_mib)"
 }
 
 run_noop() { # size nodes reps src dst: option with all nodes current vs none
