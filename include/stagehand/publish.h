@@ -92,7 +92,8 @@ int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
  * in @dirfd: those created on @host (the caller holds the
  * DST lock, so no live run of this host owns one, case F06) and those of any
  * host older than @max_age_s seconds. Stores the number removed in @removed
- * (may be NULL). Returns 0 or -1 with errno from opendir/readdir. */
+ * (may be NULL). Returns 0 or -1 with errno from dup(2)/fdopendir(3)/
+ * readdir(3), the same directory walk as sh_publish_lock_owner. */
 int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
                      const char *host, uint64_t max_age_s, unsigned *removed);
 
@@ -111,10 +112,10 @@ void sh_publish_unlock(int lockfd);
  * the last 60 s (older ones are dead runs'), the newest if several, as
  * "job <jobid> on <host>" into @out (@len bytes, truncated, NUL-terminated).
  * Nothing is written for this: a run that copies has its temp file beside
- * DST. Returns 0, or -1 with errno ENODATA (no temp file:
- * the holder is still deciding, or found its copy current), EINVAL (@len 0)
- * or from opendir(3). Advisory: the holder may have changed by the time the
- * caller prints it. */
+ * DST. Returns 0, or -1 with errno ENODATA (no temp file: the holder is still
+ * deciding, or found its copy current), EINVAL (@len 0) or from dup(2)/
+ * fdopendir(3)/readdir(3). Advisory: the holder may have changed by the time
+ * the caller prints it. */
 int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len);
 
 /* Name of the lock file for @name (".<name>.lock") into @out (@len bytes).
