@@ -156,6 +156,11 @@ def main():
     md.append(f"| storage egress | {cal['storage_nominal_MBps']} | {cal['storage_1reader_MBps']} with 1 reader (its link limits it), {cal['storage_2readers_MBps']} total with 2 readers |")
     md.append(f"| local write | - | {cal['local_write_MBps']} (dd to /nvme, fsync) |")
     md.append(f"| CPU check | - | {cal['chain_raw_MBps']}: raw TCP chain over {cal['chain_raw_nodes']} nodes, each hop forwarding and writing |")
+    if "host_exec_ms_start" in cal:
+        md.append(f"| host speed (not a rate) | - | /bin/true {cal['host_exec_ms_start']} ms, "
+                  f"first touch of a 4 KiB page {cal['host_fault_us_start']} us at the start; "
+                  f"{cal.get('host_exec_ms_end', '?')} ms, {cal.get('host_fault_us_end', '?')} us "
+                  f"at the end (page-fault bound, as MPI start-up is; compare runs by these) |")
     md.append("")
     md.append(f"**Physical limit** of one staging: S / min(storage, link, local write) = "
               f"S / {lim_rate:.1f} MB/s (measured rates); with the nominal shaped rates "

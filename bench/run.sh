@@ -144,6 +144,26 @@ as_user() {
 now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", b - a }'; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# Host speed for the work every method starts with: "EXEC_MS FAULT_US", the
+# mean wall time of 200 runs of /bin/true (fork, exec, dynamic loading) and
+# of the first touch of a 4 KiB page of fresh anonymous memory (256 MiB).
+# Both are page-fault bound; on a VM each fault on memory the hypervisor has
+# not backed is a hypervisor exit, and that cost varies with the host, so a
+# run's start-up times are comparable only between runs of similar probes.
+host_probe() {
+    local t0 t1 i
+    t0=$(date +%s%N)
+    for ((i = 0; i < 200; i++)); do /bin/true; done
+    t1=$(date +%s%N)
+    printf '%.2f %s\n' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) / 200 / 1e6 }')" \
+        "$(python3 -c 'import mmap, time
+n = 256 << 20
+m = mmap.mmap(-1, n)
+t = time.perf_counter()
+for i in range(0, n, 4096):
+    m[i] = 1
+print("%.2f" % ((time.perf_counter() - t) / (n // 4096) * 1e6))')"
+}
 node_ip() { echo "$MINICLUSTER_NET.$((10 + ${1#n}))"; }
 
 # Bytes read by the storage host's sftp servers (one per sshfs mount). rchar
@@ -285,6 +305,7 @@ B_chain=$(raw_chain "$cal_bytes" "$maxn")
 B_st1=$(storage_read "$cal_bytes" "$calsrc" 1)
 B_st2=$(storage_read "$cal_bytes" "$calsrc" 2)
 B_write=$(local_write "$cal_bytes")
+read -r probe_exec probe_fault < <(host_probe)
 rm -f "$STATE/export/bench-$((cal_bytes >> 20)).img"
 clean_dst
 link_nom=$(awk -v r="$link" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
@@ -307,6 +328,8 @@ local_write_MBps=$B_write
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 date_start=$(date -u +%Y-%m-%dT%H:%MZ)
 host_cpus=$(nproc)
+host_exec_ms_start=$probe_exec
+host_fault_us_start=$probe_fault
 EOF
 limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
 {
@@ -315,6 +338,7 @@ limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
     echo "  storage egress   shaped $storage = $st_nom MB/s nominal; sshfs read 1 node: $B_st1, 2 nodes: $B_st2 MB/s total"
     echo "  local write      dd to tmpfs /nvme with fsync: $B_write MB/s"
     echo "  CPU check        raw TCP chain over $maxn nodes (each hop forwards + writes): $B_chain MB/s"
+    echo "  host speed       /bin/true $probe_exec ms, first touch of a 4 KiB page $probe_fault us"
     echo "  physical limit   S / min(storage, link, local write) = S / $limit_rate MB/s"
 } | tee "$out/latest.calib.txt" >&2
 awk -v c="$B_chain" -v l="$B_link" 'BEGIN { exit !(c < 0.95 * l) }' &&
@@ -526,8 +550,14 @@ for size in $sizes; do
 done
 mv "$csv.tmp" "$csv"
 if [ "$smoke" = 0 ]; then
-    echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$calib"
-    echo "duration_s=$(($(date +%s) - t_start))" >>"$calib"
+    load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+    read -r probe_exec probe_fault < <(host_probe)
+    {
+        echo "load_end=$load_end"
+        echo "host_exec_ms_end=$probe_exec"
+        echo "host_fault_us_end=$probe_fault"
+        echo "duration_s=$(($(date +%s) - t_start))"
+    } >>"$calib"
 fi
 
 if [ "$smoke" = 1 ]; then
