@@ -156,6 +156,9 @@ def main():
     md.append(f"| storage egress | {cal['storage_nominal_MBps']} | {cal['storage_1reader_MBps']} with 1 reader (its link limits it), {cal['storage_2readers_MBps']} total with 2 readers |")
     md.append(f"| local write | - | {cal['local_write_MBps']} (dd to /nvme, fsync) |")
     md.append(f"| CPU check | - | {cal['chain_raw_MBps']}: raw TCP chain over {cal['chain_raw_nodes']} nodes, each hop forwarding and writing |")
+    if cal.get("rate_steps"):
+        md.append(f"| rates stepped down | - | {cal['rate_steps']} (under 95 %: the cores, "
+                  f"not the link, would have limited) |")
     if "host_exec_ms_start" in cal:
         md.append(f"| host speed (not a rate) | - | /bin/true {cal['host_exec_ms_start']} ms, "
                   f"first touch of a 4 KiB page {cal['host_fault_us_start']} us at the start; "
