@@ -63,7 +63,7 @@ mc="$top/contrib/minicluster/minicluster"
 
 smoke=0 build=1 keep=0
 sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
-link=400mbit storage=80mbps auto_rate=1
+link=400mbit storage=80mbps auto_rate=1 rate_steps=""
 methods="plugin chain bcast sbcast cp noop"
 out="$top/bench/results"
 while [ $# -gt 0 ]; do
@@ -156,10 +156,10 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 # times are comparable only between runs of similar probes.
 host_probe() {
     local t0 t1 i
-    t0=$(date +%s%N)
+    t0=$(now)
     for ((i = 0; i < 200; i++)); do /bin/true; done
-    t1=$(date +%s%N)
-    printf '%.2f %s\n' "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) / 200 / 1e6 }')" \
+    t1=$(now)
+    echo "$(awk -v d="$(sub "$t0" "$t1")" 'BEGIN { printf "%.2f", d / 200 * 1e3 }')" \
         "$(python3 -c 'import mmap, time
 n = 256 << 20
 m = mmap.mmap(-1, n)
@@ -312,12 +312,11 @@ under95() { awk -v c="$1" -v l="$2" 'BEGIN { exit !(c < 0.95 * l) }'; }
 for step in 0 1 2; do
     B_link=$(raw_link "$cal_bytes")
     B_chain=$(raw_chain "$cal_bytes" "$maxn")
-    if [ "$auto_rate" = 1 ] && [ "$step" != 2 ] && under95 "$B_chain" "$B_link"; then
-        B_chain=$(printf '%s\n' "$B_chain" "$(raw_chain "$cal_bytes" "$maxn")" | sort -g | tail -1)
-    fi
     if [ "$auto_rate" = 0 ] || [ "$step" = 2 ] || ! under95 "$B_chain" "$B_link"; then
         break
     fi
+    B_chain=$(printf '%s\n' "$B_chain" "$(raw_chain "$cal_bytes" "$maxn")" | sort -g | tail -1)
+    under95 "$B_chain" "$B_link" || break
     rate_steps="${rate_steps:+$rate_steps; }at $link the raw chain reached $B_chain of $B_link MB/s"
     link=$((${link%mbit} * 3 / 4))mbit storage=$((${storage%mbps} * 3 / 4))mbps
     say "the raw chain reaches $B_chain of $B_link MB/s (under 95 %): the cores are in the way; shaping --link $link --storage $storage"
@@ -350,8 +349,8 @@ load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 date_start=$(date -u +%Y-%m-%dT%H:%MZ)
 host_cpus=$(nproc)
 host_exec_ms_start=$probe_exec
-rate_steps=${rate_steps:-}
 host_fault_us_start=$probe_fault
+rate_steps=$rate_steps
 EOF
 limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
 {
