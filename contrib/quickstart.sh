@@ -112,9 +112,12 @@ cat <<EOF
 The cluster is still up. Try it yourself:
     eval "\$($MC env)"
     cd /shared     # the job's output file goes to the submit directory
-    runuser -u $user -- env SLURM_CONF=\$SLURM_CONF sbatch -N$nodes \\
-        --stage-image=$img:/nvme/images/rootfs.sqsh --wrap 'srun hostname'
+    runuser -u $user -- env SLURM_CONF=\$SLURM_CONF sbatch --wait -N$nodes -o try.out \\
+        --stage-verbose --stage-image=$img:/nvme/images/rootfs.sqsh --wrap 'srun hostname'
+    cat try.out    # --stage-verbose: what was copied, and how fast
     $MC exec n1 -- ls -l /nvme/images
+The manual (installed under ${STAGEHAND_PREFIX:-/opt/stagehand}, outside man's default path):
+    man -M ${STAGEHAND_PREFIX:-/opt/stagehand}/share/man stagehand
 Slurm logs: /var/lib/minicluster/log/. Bring it down with:
     $MC down
 EOF

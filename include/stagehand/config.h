@@ -44,7 +44,7 @@
  * stall_timeout   a transfer that moves no data this long    60s
  *                 fails, naming the segment (F22); 0 = off,
  *                 else 1s..1h
- * join_timeout    how long agents wait for each other to      30s
+ * join_timeout    how long agents wait for each other to      60s
  *                 start (a job cancelled while its prolog
  *                 starts frees its nodes after this), 1s..1h
  * allow_shared_dst yes | no (allow DST on a network         no

@@ -52,7 +52,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(cfg.pipeline_depth, 8);
     ck_assert_uint_eq(cfg.timeout_ns, 600ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.stall_timeout_ns, 60ULL * 1000000000ULL);
-    ck_assert_uint_eq(cfg.join_timeout_ns, 30ULL * 1000000000ULL);
+    ck_assert_uint_eq(cfg.join_timeout_ns, 60ULL * 1000000000ULL);
     ck_assert_uint_eq(cfg.read_ahead, 4);
     ck_assert_int_eq(cfg.check, SH_CHECK_META);
     ck_assert_int_eq(cfg.hash, SH_HASH_XXH3);
