@@ -113,8 +113,8 @@ The cluster is still up. Try it yourself:
     eval "\$($MC env)"
     cd /shared     # the job's output file goes to the submit directory
     runuser -u $user -- env SLURM_CONF=\$SLURM_CONF sbatch --wait -N$nodes -o try.out \\
-        --stage-verbose --stage-image=$img:/nvme/images/rootfs.sqsh --wrap 'srun hostname'
-    cat try.out    # --stage-verbose: what was copied, and how fast
+        --stage-verbose --stage-image=$img:/nvme/images/try.sqsh --wrap 'srun hostname'
+    cat try.out    # --stage-verbose: what was copied, and how fast (run it twice: a no-op)
     $MC exec n1 -- ls -l /nvme/images
 The manual (installed under ${STAGEHAND_PREFIX:-/opt/stagehand}, outside man's default path):
     man -M ${STAGEHAND_PREFIX:-/opt/stagehand}/share/man stagehand

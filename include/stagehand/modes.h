@@ -40,7 +40,8 @@ static inline unsigned sh_default_read_ahead(unsigned depth)
  * late get named as missing. It must still end well before the staging
  * timeout: a job cancelled while its prologs start never runs the prolog on
  * some nodes, and the others must not hold their nodes for the whole staging
- * timeout (measured: 120 s on the test cluster, 600 s by default). */
+ * timeout (120 s on the test cluster, where a cancelled job's prolog was
+ * measured holding its node that long; 600 s by default). */
 #define SH_DEFAULT_JOIN_NS (UINT64_C(60) * 1000000000u) /* ns */
 
 /* "meta", "content", "size", "never" <-> enum. Parse returns 0 or -1 with

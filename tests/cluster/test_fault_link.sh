@@ -3,14 +3,14 @@
 # transfer (ip link set eth0 down inside n3's namespace).
 # (a) Link back after 3 s: TCP recovers, the staging completes with DST
 #     whole everywhere (or fails naming n3, never a partial file).
-# (b) STAGEHAND_TEST_FULL=1 only (tests/run.sh --full; it lasts the
-#     cluster's whole staging deadline, timeout=120s): n3's connections to
+# (b) STAGEHAND_TEST_FULL=1 only (tests/run.sh --full; it lasts until
+#     the others stop waiting for n3, join_timeout, default 60 s): n3's connections to
 #     the staging's control ports are refused from the start (policy
 #     routing, ip rule ... dport RANGE prohibit: this kernel has no iptables
 #     and no tc drop action), so n3 never joins: the step (srun
 #     --stage-image in an allocation; a batch job would be requeued by
-#     slurmctld first, see test_fault_slurmd.sh) fails at the deadline
-#     naming n3; no node is drained.
+#     slurmctld first, see test_fault_slurmd.sh) fails when the others
+#     stop waiting for it, naming n3; no node is drained.
 # Each time: no temp file, no runtime state, the next job works. Cases F21,
 # F22.
 # shellcheck source=tests/cluster/lib.sh
@@ -103,7 +103,7 @@ if [ "${STAGEHAND_TEST_FULL:-0}" = 1 ]; then
     echo "(b) $(grep -m1 'stage-image failed' <<<"$res")"
     [ -z "$(temp_files_in "/nvme/$tok")" ] || fail "(b) temp files left"
     assert_no_drain
-    echo "ok: (b) $victim never joined: failure at the deadline naming it"
+    echo "ok: (b) $victim never joined: failure naming it"
 fi
 
 rm -f "$out"

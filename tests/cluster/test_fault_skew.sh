@@ -21,10 +21,15 @@ dst=/nvme/$tok/img
 src=/shared/$tok.img
 out=/shared/$tok.out
 real=/tmp/$tok.agent
+mark=/tmp/$tok.late
 cleanup() {
-    unwrap_on_node "$late" "$agent"
-    on_node "$late" rm -f "$real"
-    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    # the job first: a wrapper still in its sleep keeps the bind mount busy
+    for j in $(jobs_named "$tag"); do
+        scancel "$j" 2>/dev/null
+        wait_job_end "$j" 60 >/dev/null
+    done
+    unwrap_on_node "$late" "$agent" || on_node "$late" umount -l "$agent" 2>/dev/null
+    on_node "$late" rm -f "$real" "$mark"
     rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
@@ -35,9 +40,10 @@ want=$(sha256sum "$src" | cut -d' ' -f1)
 # On $late only: the real agent, started $skew s late with the same inputs.
 on_node "$late" sh -c "cp '$agent' '$real' && chmod 755 '$real'" ||
     fail "cannot copy the agent on $late"
-wrap_on_node "$late" "$agent" "sleep $skew; exec '$real' \"\$@\"" ||
+wrap_on_node "$late" "$agent" "date +%s >'$mark'; sleep $skew; exec '$real' \"\$@\"" ||
     fail "cannot wrap the agent on $late"
-off=$(log_offset "$leader")
+declare -A off
+for n in $leader $second $late; do off[$n]=$(log_offset "$n"); done
 
 t0=$SECONDS
 id=$(as_user sbatch --parsable -J "$tag" -N3 -w "$leader,$second,$late" -o "$out" \
@@ -48,6 +54,7 @@ took=$((SECONDS - t0))
 unwrap_on_node "$late" "$agent" || fail "cannot restore the agent on $late"
 [ "$st" = COMPLETED ] ||
     fail "job $id ended $st after $took s with $late's agent $skew s late: $(cat "$out" 2>/dev/null)"
+on_node "$late" test -s "$mark" || fail "the wrapped agent did not run on $late"
 [ "$took" -ge "$skew" ] || fail "job $id ended after $took s: $late's agent was not $skew s late"
 grep -q script-ran "$out" || fail "the batch script did not run: $(cat "$out")"
 grep -q "3 copied, 0 current of 3 nodes" "$out" ||
@@ -55,8 +62,14 @@ grep -q "3 copied, 0 current of 3 nodes" "$out" ||
 for n in $MINICLUSTER_NODES; do
     [ "$(node_sha "$n" "$dst")" = "$want" ] || fail "$n: $dst is not whole"
 done
-! log_since "$leader" "$off" | grep -a "stagehand" | grep -aq "did not start\|could not reach" ||
-    fail "$leader's slurmd log names a node as missing: $(log_since "$leader" "$off" | grep -a stagehand | tail -3)"
+! grep -q "did not answer\|unreachable" "$out" || fail "the job's output names a node as missing: $(cat "$out")"
+# the wording of the leader (did not connect, did not answer) and of the others
+# (could not reach their parent) when a node is given up on
+for n in $leader $second $late; do
+    ! log_since "$n" "${off[$n]}" | grep -a "job=${id} \|job ${id}[ :]" |
+        grep -aq "did not connect\|did not answer\|could not reach\|unreachable\|staging failed" ||
+        fail "$n's slurmd log names a node as missing: $(log_since "$n" "${off[$n]}" | grep -a "job=${id} \|job ${id}[ :]" | tail -3)"
+done
 [ -z "$(temp_files_in "/nvme/$tok")" ] || fail "temp files left: $(temp_files_in "/nvme/$tok")"
 assert_runtime_gone "$id"
 assert_no_drain

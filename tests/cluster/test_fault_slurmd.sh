@@ -9,10 +9,10 @@
 # Not here: a prolog that never starts. With the cluster's plugstack
 # timeout=120s, a node frozen for the whole staging deadline is declared
 # not responding by slurmctld first (SlurmdTimeout=60) and the batch job is
-# requeued as "missing from batch node" (BatchStartTimeout unset, default 10
-# s; contrib/slurm.conf.snippet sets 720): Slurm's reaction, not ours, would
-# be tested. The rendezvous deadline naming the missing node is covered by
-# test_fault_link.sh (full run) and test_fault_agent_kill.sh.
+# requeued: Slurm's reaction, not ours, would be tested. The rendezvous
+# deadline naming the missing node is covered by test_fault_join.sh,
+# test_fault_link.sh (full run) and test_fault_agent_kill.sh; a prolog 40 s
+# late (longer than this test's 6 s) by test_fault_skew.sh.
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/cluster/faultlib.sh
