@@ -63,12 +63,15 @@ for n in $MINICLUSTER_NODES; do
     [ "$(node_sha "$n" "$dst")" = "$want" ] || fail "$n: $dst is not whole"
 done
 ! grep -q "did not answer\|unreachable" "$out" || fail "the job's output names a node as missing: $(cat "$out")"
+# this job's lines in node @1's slurmd log since the submission
+job_log() { log_since "$1" "${off[$1]}" | grep -a "job=${id} \|job ${id}[ :]"; }
 # the wording of the leader (did not connect, did not answer) and of the others
 # (could not reach their parent) when a node is given up on
 for n in $leader $second $late; do
-    ! log_since "$n" "${off[$n]}" | grep -a "job=${id} \|job ${id}[ :]" |
-        grep -aq "did not connect\|did not answer\|could not reach\|unreachable\|staging failed" ||
-        fail "$n's slurmd log names a node as missing: $(log_since "$n" "${off[$n]}" | grep -a "job=${id} \|job ${id}[ :]" | tail -3)"
+    job_log "$n" | grep -aq "stagehand: job $id user" ||
+        fail "$n's slurmd log has no stagehand line of job $id (the check below would be empty)"
+    ! job_log "$n" | grep -aq "did not connect\|did not answer\|could not reach\|unreachable\|staging failed" ||
+        fail "$n's slurmd log names a node as missing: $(job_log "$n" | tail -3)"
 done
 [ -z "$(temp_files_in "/nvme/$tok")" ] || fail "temp files left: $(temp_files_in "/nvme/$tok")"
 assert_runtime_gone "$id"
