@@ -222,7 +222,7 @@ reported_kib() { cat /sys/module/page_reporting/parameters/reported_kib 2>/dev/n
 # 4 KiB-page fallbacks of tmpfs huge pages so far (host-wide counter)
 thp_fallbacks() { awk '$1 == "thp_file_fallback" { print $2 }' /proc/vmstat; }
 # mem_mark before a run, mem_note after it: the host memory events in between
-mem_mark() { mem0=("$(thp_fallbacks)" "$(reported_kib)"); }
+mem_mark() { mem0=("$(thp_fallbacks)" "$(reported_kib)"); cpu0=$(cpu_ticks); }
 mem_note() {
     echo "$(($(thp_fallbacks) - mem0[0])) tmpfs huge-page fallbacks," \
         "$(mem_reported_mib) MiB reported to the hypervisor"
@@ -231,6 +231,20 @@ mem_note() {
 # CSV's host_reported_mib: a run during which this is large is slower for
 # every method, bench/results/host-memory.md)
 mem_reported_mib() { echo $((($(reported_kib) - mem0[1]) >> 10)); }
+# "busy total" clock ticks of all the host's CPUs so far (/proc/stat, proc(5):
+# busy = user + nice + system + irq + softirq + steal; idle and iowait are
+# time a CPU had nothing to run)
+cpu_ticks() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
+# % of the host's CPU time that was busy since mem_mark (the CSV's
+# host_cpu_busy_pct): near 100 means the 2 cores, not the emulated fabric,
+# limited the run. It covers the whole measured interval, so a batch job's
+# wait for squeue to see its end (up to 2 s) counts as idle time.
+host_busy_pct() {
+    local b0 t0 b1 t1
+    read -r b0 t0 <<<"$cpu0"
+    read -r b1 t1 < <(cpu_ticks)
+    awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }'
+}
 
 # Every node 1..$1 holds $2 with $3 bytes (size check; the engine verifies
 # content itself, and the smoke run checks the digest too).
@@ -246,7 +260,7 @@ dst_ok() {
 csv="$out/latest.csv"
 mkdir -p "$out"
 scratch=$(mktemp -d /tmp/stagehand-bench.XXXXXX)   # per-run outputs of the tools
-echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases,host_reported_mib" >"$csv.tmp"
+echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases,host_reported_mib,host_cpu_busy_pct" >"$csv.tmp"
 row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
 
 # ------------------------------------------------------------ calibration -
@@ -261,7 +275,9 @@ raw_link() { # bytes: n1 -> n2, memory to memory
     echo "$res" | awk '{ printf "%.1f", $1 / $2 / 1e6 }'
 }
 raw_chain() { # bytes nodes: n1 -> n2 -> ... -> nK, each hop writes to /nvme
+    # prints "MB/s busy%": the payload rate and how busy the host's CPUs were
     local b=$1 k=$2 i f pids=() res
+    cpu0=$(cpu_ticks)
     for ((i = k; i >= 2; i--)); do
         f=()
         [ "$i" -lt "$k" ] && f=(--forward "$(node_ip "n$((i + 1))"):5999")
@@ -270,7 +286,7 @@ raw_chain() { # bytes nodes: n1 -> n2 -> ... -> nK, each hop writes to /nvme
     done
     res=$("$mc" exec n1 -- timeout 120 "$R" send "$(node_ip n2):5999" "$b")
     wait "${pids[@]}"
-    echo "$res" | awk '{ printf "%.1f", $1 / $2 / 1e6 }'
+    echo "$res $(host_busy_pct)" | awk '{ printf "%.1f %s\n", $1 / $2 / 1e6, $3 }'
 }
 storage_read() { # bytes file nodes: K nodes read the file from /shared at once
     local b=$1 f=$2 k=$3 i t0 t1
@@ -311,11 +327,12 @@ calsrc=$(mk_source $((cal_bytes >> 20)))
 under95() { awk -v c="$1" -v l="$2" 'BEGIN { exit !(c < 0.95 * l) }'; }
 for step in 0 1 2; do
     B_link=$(raw_link "$cal_bytes")
-    B_chain=$(raw_chain "$cal_bytes" "$maxn")
+    read -r B_chain B_chain_busy < <(raw_chain "$cal_bytes" "$maxn")
     if [ "$auto_rate" = 0 ] || [ "$step" = 2 ] || ! under95 "$B_chain" "$B_link"; then
         break
     fi
-    B_chain=$(printf '%s\n' "$B_chain" "$(raw_chain "$cal_bytes" "$maxn")" | sort -g | tail -1)
+    read -r B_chain B_chain_busy < <(printf '%s\n' "$B_chain $B_chain_busy" \
+        "$(raw_chain "$cal_bytes" "$maxn")" | sort -g | tail -1)
     under95 "$B_chain" "$B_link" || break
     rate_steps="${rate_steps:+$rate_steps; }at $link the raw chain reached $B_chain of $B_link MB/s"
     link=$((${link%mbit} * 3 / 4))mbit storage=$((${storage%mbps} * 3 / 4))mbps
@@ -342,6 +359,7 @@ storage_nominal_MBps=$st_nom
 link_raw_MBps=$B_link
 chain_raw_MBps=$B_chain
 chain_raw_nodes=$maxn
+chain_raw_busy_pct=$B_chain_busy
 storage_1reader_MBps=$B_st1
 storage_2readers_MBps=$B_st2
 local_write_MBps=$B_write
@@ -358,7 +376,7 @@ limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
     echo "  node link        shaped $link = $link_nom MB/s nominal; raw TCP n1->n2: $B_link MB/s"
     echo "  storage egress   shaped $storage = $st_nom MB/s nominal; sshfs read 1 node: $B_st1, 2 nodes: $B_st2 MB/s total"
     echo "  local write      dd to tmpfs /nvme with fsync: $B_write MB/s"
-    echo "  CPU check        raw TCP chain over $maxn nodes (each hop forwards + writes): $B_chain MB/s"
+    echo "  CPU check        raw TCP chain over $maxn nodes (each hop forwards + writes): $B_chain MB/s, host CPUs $B_chain_busy % busy"
     echo "  host speed       /bin/true $probe_exec ms, first touch of a 4 KiB page $probe_fault us"
     echo "  physical limit   S / min(storage, link, local write) = S / $limit_rate MB/s"
 } | tee "$out/latest.calib.txt" >&2
@@ -398,7 +416,7 @@ if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
     say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(mem_note)"
-    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases" "$(mem_reported_mib)"
+    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases" "$(mem_reported_mib)" "$(host_busy_pct)"
 }
 
 run_sbcast() { # size nodes rep src dst
@@ -413,7 +431,7 @@ run_sbcast() { # size nodes rep src dst
     s1=$(storage_rchar)
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "sbcast N=$n failed: $(tail -3 "$scratch/sbcast.err" | tr '\n' ' ')"
-    row "$size" sbcast "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)"
+    row "$size" sbcast "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)" "$(host_busy_pct)"
 }
 
 run_cp() { # size nodes rep src dst
@@ -428,7 +446,7 @@ run_cp() { # size nodes rep src dst
     s1=$(storage_rchar)
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "cp N=$n failed: $(tail -3 "$scratch/cp.err" | tr '\n' ' ')"
-    row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)"
+    row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)" "$(host_busy_pct)"
 }
 
 # Epoch seconds at which slurmctld started job $1 ("sched: Allocate" or
@@ -507,7 +525,7 @@ run_plugin() { # size nodes rep src dst
     say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(mem_note)"
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "plugin N=$n failed (job output or staging)"
-    row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)" "" "$(mem_reported_mib)"
+    row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)" "" "$(mem_reported_mib)" "$(host_busy_pct)"
 }
 
 run_noop() { # size nodes reps src dst: option with all nodes current vs none
