@@ -167,8 +167,8 @@ def main():
             if cal.get("chain_raw_busy_pct") else "")
     md.append(f"| CPU check | - | {cal['chain_raw_MBps']}: raw TCP chain over {cal['chain_raw_nodes']} nodes, each hop forwarding and writing{busy} |")
     if cal.get("rate_steps"):
-        md.append(f"| rates stepped down | - | {cal['rate_steps']} (under 95 %: the cores, "
-                  f"not the link, would have limited) |")
+        md.append(f"| rates stepped down | - | {cal['rate_steps']} (the raw chain under 95 % of the "
+                  f"link in two samples: the cores, not the link, would have limited) |")
     if "host_exec_ms_start" in cal:
         md.append(f"| host speed (not a rate) | - | /bin/true {cal['host_exec_ms_start']} ms, "
                   f"first touch of a 4 KiB page {cal['host_fault_us_start']} us at the start; "

@@ -276,7 +276,8 @@ raw_link() { # bytes: n1 -> n2, memory to memory
 }
 raw_chain() { # bytes nodes: n1 -> n2 -> ... -> nK, each hop writes to /nvme
     # prints "MB/s busy%": the payload rate and how busy the host's CPUs were
-    local b=$1 k=$2 i f pids=() res
+    # (the start of the K processes included)
+    local b=$1 k=$2 i f pids=() res cpu0
     cpu0=$(cpu_ticks)
     for ((i = k; i >= 2; i--)); do
         f=()
@@ -327,14 +328,16 @@ calsrc=$(mk_source $((cal_bytes >> 20)))
 under95() { awk -v c="$1" -v l="$2" 'BEGIN { exit !(c < 0.95 * l) }'; }
 for step in 0 1 2; do
     B_link=$(raw_link "$cal_bytes")
-    read -r B_chain B_chain_busy < <(raw_chain "$cal_bytes" "$maxn")
+    read -r B_chain B_chain_busy < <(raw_chain "$cal_bytes" "$maxn") && [ -n "$B_chain" ] ||
+        { echo "bench/run.sh: calibration: the raw chain over $maxn nodes failed" >&2; exit 1; }
     if [ "$auto_rate" = 0 ] || [ "$step" = 2 ] || ! under95 "$B_chain" "$B_link"; then
         break
     fi
-    read -r B_chain B_chain_busy < <(printf '%s\n' "$B_chain $B_chain_busy" \
-        "$(raw_chain "$cal_bytes" "$maxn")" | sort -g | tail -1)
+    second=$(raw_chain "$cal_bytes" "$maxn") && [ -n "$second" ] ||
+        { echo "bench/run.sh: calibration: the raw chain over $maxn nodes failed" >&2; exit 1; }
+    read -r B_chain B_chain_busy < <(printf '%s\n' "$B_chain $B_chain_busy" "$second" | sort -k1,1g | tail -1)
     under95 "$B_chain" "$B_link" || break
-    rate_steps="${rate_steps:+$rate_steps; }at $link the raw chain reached $B_chain of $B_link MB/s"
+    rate_steps="${rate_steps:+$rate_steps; }at $link the raw chain reached $B_chain of $B_link MB/s with the host's CPUs $B_chain_busy % busy"
     link=$((${link%mbit} * 3 / 4))mbit storage=$((${storage%mbps} * 3 / 4))mbps
     say "the raw chain reaches $B_chain of $B_link MB/s (under 95 %): the cores are in the way; shaping --link $link --storage $storage"
     "$mc" shape --storage "$storage" --link "$link" 2>/dev/null
