@@ -237,8 +237,10 @@ mem_reported_mib() { echo $((($(reported_kib) - mem0[1]) >> 10)); }
 cpu_ticks() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print t - $5 - $6, t; exit }' /proc/stat; }
 # % of the host's CPU time that was busy since mem_mark (the CSV's
 # host_cpu_busy_pct): near 100 means the 2 cores, not the emulated fabric,
-# limited the run. It covers the whole measured interval, so a batch job's
-# wait for squeue to see its end (up to 2 s) counts as idle time.
+# limited the run. It covers everything from mem_mark to the run's CSV row:
+# the measured interval with its start-up and end, and for a batch job the
+# wait for squeue to see its end (up to 2 s), for every method but the chain
+# the size check of DST on each node.
 host_busy_pct() {
     local b0 t0 b1 t1
     read -r b0 t0 <<<"$cpu0"
