@@ -328,16 +328,16 @@ calsrc=$(mk_source $((cal_bytes >> 20)))
 # sample can be unlucky, so a rate is given up only when a second sample of
 # the chain is under 95 % of the link too (the better one counts)
 under95() { awk -v c="$1" -v l="$2" 'BEGIN { exit !(c < 0.95 * l) }'; }
+chain_failed() { echo "bench/run.sh: calibration: the raw chain over $maxn nodes failed" >&2; exit 1; }
 for step in 0 1 2; do
     B_link=$(raw_link "$cal_bytes")
-    read -r B_chain B_chain_busy < <(raw_chain "$cal_bytes" "$maxn") && [ -n "$B_chain" ] ||
-        { echo "bench/run.sh: calibration: the raw chain over $maxn nodes failed" >&2; exit 1; }
+    sample1=$(raw_chain "$cal_bytes" "$maxn") && [ -n "$sample1" ] || chain_failed
+    read -r B_chain B_chain_busy <<<"$sample1"
     if [ "$auto_rate" = 0 ] || [ "$step" = 2 ] || ! under95 "$B_chain" "$B_link"; then
         break
     fi
-    second=$(raw_chain "$cal_bytes" "$maxn") && [ -n "$second" ] ||
-        { echo "bench/run.sh: calibration: the raw chain over $maxn nodes failed" >&2; exit 1; }
-    read -r B_chain B_chain_busy < <(printf '%s\n' "$B_chain $B_chain_busy" "$second" | sort -k1,1g | tail -1)
+    sample2=$(raw_chain "$cal_bytes" "$maxn") && [ -n "$sample2" ] || chain_failed
+    read -r B_chain B_chain_busy < <(printf '%s\n' "$sample1" "$sample2" | sort -k1,1g | tail -1)
     under95 "$B_chain" "$B_link" || break
     rate_steps="${rate_steps:+$rate_steps; }at $link the raw chain reached $B_chain of $B_link MB/s with the host's CPUs $B_chain_busy % busy"
     link=$((${link%mbit} * 3 / 4))mbit storage=$((${storage%mbps} * 3 / 4))mbps
