@@ -166,6 +166,9 @@ def main():
     busy = (f", the host's CPUs {cal['chain_raw_busy_pct']} % busy meanwhile"
             if cal.get("chain_raw_busy_pct") else "")
     md.append(f"| CPU check | - | {cal['chain_raw_MBps']}: raw TCP chain over {cal['chain_raw_nodes']} nodes, each hop forwarding and writing{busy} |")
+    if cal.get("rates_given") == "1":
+        md.append("| rates | - | given on the command line (`--link`, `--storage`), so the "
+                  "calibration did not step them down; the CPU check above still ran |")
     if cal.get("rate_steps"):
         md.append(f"| rates stepped down | - | {cal['rate_steps']} (the raw chain under 95 % of the "
                   f"link in two samples: the cores, not the link, would have limited) |")

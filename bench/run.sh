@@ -374,6 +374,7 @@ host_cpus=$(nproc)
 host_exec_ms_start=$probe_exec
 host_fault_us_start=$probe_fault
 rate_steps=$rate_steps
+rates_given=$((1 - auto_rate))
 EOF
 limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
 {
