@@ -3,7 +3,7 @@
 bench/run.sh result and extrapolated to large clusters.
 
   model.py [--csv bench/results/latest.csv] [--calib bench/results/latest.calib]
-           [--segment BYTES]
+           [--segment BYTES] [--t0 SECONDS] [--fit-nodes "2 4"]
 
 Chain (pipelined point-to-point, segment s, N nodes, bottleneck rate B =
 min(link, read, write), link rate Bl):
@@ -52,6 +52,9 @@ def main():
                          "file, else 512 KiB, the engine's default)")
     ap.add_argument("--t0", type=float, default=None,
                     help="fixed start-up seconds (default: fitted)")
+    ap.add_argument("--fit-nodes", default=None,
+                    help="node counts whose chain points the fit uses, e.g. \"2 4\" "
+                         "(default: every N); the table still shows every point")
     a = ap.parse_args()
     cal = {}
     for line in open(a.calib):
@@ -70,7 +73,9 @@ def main():
 
     # fit start-up T0 and the chain's effective rate Be by least squares:
     # t - (N-1) s/Bl = T0 + S/Be
-    pts = [((S << 20), N, t) for (S, m, N), t in med.items() if m == "chain"]
+    fit_n = {int(x) for x in a.fit_nodes.split()} if a.fit_nodes else None
+    pts = [((S << 20), N, t) for (S, m, N), t in med.items()
+           if m == "chain" and (fit_n is None or N in fit_n)]
     T0, Be = 0.0, B
     if len(pts) >= 2 and len({p[0] for p in pts}) >= 2:
         xs = [p[0] for p in pts]
@@ -82,7 +87,8 @@ def main():
         T0 = a.t0
     print(f"B = min(link {Bl / 1e6:.1f}, storage {Bs / 1e6:.1f}, write) = {B / 1e6:.1f} MB/s; "
           f"segment {s / 1048576:g} MiB; chain fit: start-up T0 = {T0:.2f} s, effective "
-          f"rate Be = {Be / 1e6:.1f} MB/s ({100 * Be / B:.0f}% of B)\n")
+          f"rate Be = {Be / 1e6:.1f} MB/s ({100 * Be / B:.0f}% of B), fitted on the chain "
+          f"points at N = {' '.join(map(str, sorted(fit_n))) if fit_n else 'every N'}\n")
     print("| method | S MiB | N | measured s | model s | model |")
     print("|---|---|---|---|---|---|")
     for (S, m, N), t in sorted(med.items(), key=lambda x: (x[0][0], x[0][1], x[0][2])):
