@@ -278,7 +278,8 @@ raw_link() { # bytes: n1 -> n2, memory to memory
 }
 raw_chain() { # bytes nodes: n1 -> n2 -> ... -> nK, each hop writes to /nvme
     # prints "MB/s busy%": the payload rate and how busy the host's CPUs were
-    # (the start of the K processes included)
+    # (the start of the K processes included; the local cpu0 is the mark
+    # host_busy_pct counts from, in place of mem_mark's)
     local b=$1 k=$2 i f pids=() res cpu0
     cpu0=$(cpu_ticks)
     for ((i = k; i >= 2; i--)); do
