@@ -38,6 +38,7 @@
 #include "stagehand/key.h"
 #include "stagehand/modes.h"
 #include "stagehand/kv.h"
+#include "stagehand/local.h"
 #include "stagehand/log.h"
 #include "stagehand/size.h"
 #include "stagehand/meta.h"
@@ -59,10 +60,6 @@
 
 /* Control-plane message tags. */
 enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
-
-/* VOTE_SHARED: DST's directory is on a filesystem other nodes see too
- * (F01/F02); with allow_shared_dst=yes node 0's copy serves them. */
-enum vote { VOTE_CURRENT = 0, VOTE_NEED = 1, VOTE_ERROR = 2, VOTE_SHARED = 3 };
 
 struct agent_in {
     unsigned proto;
@@ -242,36 +239,6 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
 
 /* ------------------------------------------------------- root set-up -- */
 
-/* mkdirat + verify: @name in @dirfd is a directory (never a symlink) owned by
- * @uid with mode @mode. Creates it if missing. Returns an O_DIRECTORY fd or
- * -1 with errno (EPERM: exists with another owner or type). */
-static int make_owned_dir(int dirfd, const char *name, uid_t uid, gid_t gid,
-                          mode_t mode)
-{
-    struct stat sb;
-    int fd;
-
-    if (mkdirat(dirfd, name, mode) == 0) {
-        if (fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
-            return -1;
-    } else if (errno != EEXIST) {
-        return -1;
-    }
-    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    if (fstat(fd, &sb) != 0 || sb.st_uid != uid) {
-        close(fd);
-        errno = EPERM;
-        return -1;
-    }
-    if ((sb.st_mode & 07777) != mode && fchmod(fd, mode) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Create the per-user default destination directory (e.g. /nvme/stage/alice)
  * as root: components below the allowed root are root-owned 0755 except the
  * last, which belongs to the user (0700). Never follows a symlink. */
@@ -302,7 +269,7 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
 
         next = strtok_r(NULL, "/", &save);
         last = next == NULL;
-        nfd = make_owned_dir(fd, comp, last ? a->in.uid : 0,
+        nfd = sh_make_owned_dir(fd, comp, last ? a->in.uid : 0,
                              last ? a->in.gid : 0, last ? 0700 : 0755);
         if (nfd < 0) {
             snprintf(err, errlen, "default destination %s: component %s: %s", dir,
@@ -402,11 +369,13 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", SH_RUNTIME_DIR, strerror(errno));
         return -1;
     }
-    if (a->in.stepid == STEP_JOB)
-        snprintf(name, sizeof(name), "%" PRIu64, a->in.jobid);
-    else
-        snprintf(name, sizeof(name), "%" PRIu64 ".%" PRIu64, a->in.jobid, a->in.stepid);
-    jfd = make_owned_dir(rfd, name, a->in.uid, a->in.gid, 0700);
+    if (sh_rundir_name(a->in.jobid, a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid,
+                       name, sizeof(name)) != 0) {
+        snprintf(err, errlen, "runtime directory name: %s", strerror(errno));
+        close(rfd);
+        return -1;
+    }
+    jfd = sh_make_owned_dir(rfd, name, a->in.uid, a->in.gid, 0700);
     close(rfd);
     if (jfd < 0) {
         snprintf(err, errlen, "runtime directory %s/%s: %s", SH_RUNTIME_DIR, name,
@@ -465,179 +434,6 @@ static int drop_privileges(const struct agent *a, char *err, size_t errlen)
 }
 
 /* ---------------------------------------------------------- staging -- */
-
-/* Leader: the source as the user sees it now, or a user error. */
-static int probe_source(const char *src, struct sh_src_id *id, char *err,
-                        size_t errlen)
-{
-    struct stat sb;
-    int fd;
-
-    memset(id, 0, sizeof(*id));
-    fd = open(src, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "source %s: %s", src, strerror(errno));
-        return -1;
-    }
-    if (fstat(fd, &sb) != 0) {
-        snprintf(err, errlen, "source %s: %s", src, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    close(fd);
-    if (!S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "source %s is not a regular file", src);
-        return -1;
-    }
-    snprintf(id->path, sizeof(id->path), "%s", src);
-    id->size = (uint64_t)sb.st_size;
-    id->mtime = sh_ts_from(&sb.st_mtim);
-    id->ctime = sh_ts_from(&sb.st_ctim);
-    return 0;
-}
-
-/* Check @dst's place on this node as the job user, before any data moves
- * (DESIGN.md §5, cases F17b, F31). Below the allowed root every existing
- * directory of DST's path must be a real directory (a symbolic link could
- * take the copy out of the allowed root), belong to the user or root, and
- * not be writable by others unless sticky; DST itself must not be a
- * directory, nor a file of another user that a sticky directory keeps us
- * from replacing. A symlink planted as DST itself is fine: the engine
- * replaces it with rename(2) and never follows it. Missing directories are
- * left to the engine, which creates them as the user. Returns 0, or -1 with
- * the user's error in @why. */
-static int check_dest_path(const struct agent *a, const char *dst, char *why,
-                           size_t whylen)
-{
-    const char *root = sh_config_allowed_root(&a->cfg, dst);
-    char rest[PATH_MAX], sofar[PATH_MAX];
-    char *save = NULL, *comp, *next;
-    struct stat dsb, sb;
-    int fd, rc = -1;
-
-    if (root == NULL) {
-        snprintf(why, whylen, "destination %s is not under an allowed directory", dst);
-        return -1;
-    }
-    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
-        return -1;
-    }
-    if (fstat(fd, &dsb) != 0) {
-        snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    snprintf(rest, sizeof(rest), "%s", dst + strlen(root));
-    snprintf(sofar, sizeof(sofar), "%s", root);
-    comp = strtok_r(rest, "/", &save);
-    while (comp != NULL) {
-        size_t used = strlen(sofar);
-        int nfd;
-
-        next = strtok_r(NULL, "/", &save);
-        snprintf(sofar + used, sizeof(sofar) - used, "/%s", comp);
-        if (fstatat(fd, comp, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
-            if (errno == ENOENT) {
-                rc = 0; /* the engine creates the rest as the user */
-                break;
-            }
-            snprintf(why, whylen, "destination %s: %s: %s", dst, sofar, strerror(errno));
-            break;
-        }
-        if (next == NULL) {
-            /* DST itself */
-            if (S_ISDIR(sb.st_mode)) {
-                snprintf(why, whylen, "destination %s is a directory (DST names the "
-                         "file to publish; end DST with '/' to stage into that "
-                         "directory under SRC's file name)", dst);
-                break;
-            }
-            if (!S_ISLNK(sb.st_mode) && sb.st_uid != a->in.uid && sb.st_uid != 0 &&
-                (dsb.st_mode & S_ISVTX) != 0 && dsb.st_uid != a->in.uid) {
-                snprintf(why, whylen, "destination %s belongs to another user (uid "
-                         "%u) and its directory is sticky: it cannot be replaced",
-                         dst, (unsigned)sb.st_uid);
-                break;
-            }
-            rc = 0;
-            break;
-        }
-        if (S_ISLNK(sb.st_mode)) {
-            snprintf(why, whylen, "destination %s: %s is a symbolic link (staging never "
-                     "follows links below the allowed directory %s)", dst, sofar, root);
-            break;
-        }
-        if (!S_ISDIR(sb.st_mode)) {
-            snprintf(why, whylen, "destination %s: %s is not a directory", dst, sofar);
-            break;
-        }
-        if (sb.st_uid != a->in.uid && sb.st_uid != 0) {
-            snprintf(why, whylen, "destination %s: directory %s belongs to another "
-                     "user (uid %u)", dst, sofar, (unsigned)sb.st_uid);
-            break;
-        }
-        if ((sb.st_mode & S_IWOTH) != 0 && (sb.st_mode & S_ISVTX) == 0) {
-            snprintf(why, whylen, "destination %s: directory %s is writable by every "
-                     "user (mode %04o): another user could replace the image", dst,
-                     sofar, (unsigned)(sb.st_mode & 07777));
-            break;
-        }
-        nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (nfd < 0) {
-            snprintf(why, whylen, "destination %s: %s: %s", dst, sofar,
-                     errno == ELOOP ? "is a symbolic link" : strerror(errno));
-            break;
-        }
-        close(fd);
-        fd = nfd;
-        dsb = sb;
-        comp = next;
-    }
-    close(fd);
-    return rc;
-}
-
-/* Filesystems that are network or cluster filesystems: a DST there is the
- * same file on every node (F01). Magic numbers from statfs(2). */
-static const char *shared_fs_name(long type)
-{
-    switch ((unsigned long)type) {
-    case 0x6969UL: return "NFS";
-    case 0x517BUL: return "SMB";
-    case 0xFF534D42UL: return "CIFS";
-    case 0xFE534D42UL: return "SMB2";
-    case 0x0BD00BD0UL: return "Lustre";
-    case 0x47504653UL: return "GPFS";
-    case 0x00C36400UL: return "CephFS";
-    case 0x19830326UL: return "BeeGFS";
-    case 0x01021997UL: return "9p";
-    case 0x5346414FUL: return "AFS";
-    case 0xAAD7AAEAUL: return "PanFS";
-    case 0x65735546UL: return "FUSE (e.g. sshfs)";
-    default: return NULL;
-    }
-}
-
-/* The deepest existing directory on the way to @dst (its parent, or an
- * ancestor the engine will create the rest under), into @out. */
-static void nearest_dir(const char *dst, char *out, size_t len)
-{
-    struct stat sb;
-    char *slash;
-
-    snprintf(out, len, "%s", dst);
-    while ((slash = strrchr(out, '/')) != NULL) {
-        if (slash == out) {
-            out[1] = '\0';
-            return;
-        }
-        *slash = '\0';
-        if (lstat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
-            return;
-    }
-}
 
 /* F02: a marker file per node in DST's directory, created before a barrier
  * and looked for after it. statfs alone cannot tell that a bind-mounted
@@ -700,255 +496,17 @@ static bool marker_foreign(const struct agent *a, size_t img, const char *dir,
     return found;
 }
 
-/* This node's vote for @dst given the source @id. Content checks are left to
- * the engine (it hashes DST); here only the recorded metadata decides. */
-static enum vote vote_for(const struct agent *a, const char *dst,
-                          const struct sh_src_id *id, char *why, size_t whylen)
-{
-    enum sh_check check = a->cfg.check;
-    char dir[PATH_MAX], *slash;
-    struct sh_meta rec;
-    struct stat sb;
-    const char *reason = "";
-    int dirfd, fd, current;
-
-    if (check_dest_path(a, dst, why, whylen) != 0)
-        return VOTE_ERROR;
-    snprintf(why, whylen, "needs a copy");
-    if (check == SH_CHECK_NEVER || check == SH_CHECK_CONTENT)
-        return VOTE_NEED;
-    snprintf(dir, sizeof(dir), "%s", dst);
-    slash = strrchr(dir, '/');
-    if (slash == NULL)
-        return VOTE_NEED;
-    *slash = '\0';
-    dirfd = open(dir[0] != '\0' ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dirfd < 0)
-        return VOTE_NEED; /* the engine creates parents and reports errors */
-    if (fstatat(dirfd, slash + 1, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
-        close(dirfd);
-        return VOTE_NEED;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(dirfd);
-        return VOTE_NEED; /* the engine refuses to replace it, with a message */
-    }
-    fd = openat(dirfd, slash + 1, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) {
-        close(dirfd);
-        return VOTE_NEED;
-    }
-    current = sh_meta_load(dirfd, slash + 1, fd, &rec, NULL) == 0 &&
-              sh_meta_is_current(check, id, &sb, a->in.uid, &rec, NULL, &reason) == 1;
-    if (!current && check == SH_CHECK_SIZE)
-        current = sh_meta_is_current(check, id, &sb, a->in.uid, NULL, NULL, &reason) == 1;
-    close(fd);
-    close(dirfd);
-    if (current) {
-        snprintf(why, whylen, "current");
-        return VOTE_CURRENT;
-    }
-    if (reason != NULL && reason[0] != '\0')
-        snprintf(why, whylen, "%s", reason);
-    return VOTE_NEED;
-}
-
-static int encode_src(char *buf, size_t len, int ok, const struct sh_src_id *id,
-                      const char *err)
-{
-    int n;
-
-    if (ok)
-        n = snprintf(buf, len, "ok %" PRIu64 " %" PRId64 " %" PRIu32 " %" PRId64
-                     " %" PRIu32, id->size, id->mtime.sec, id->mtime.nsec,
-                     id->ctime.sec, id->ctime.nsec);
-    else
-        n = snprintf(buf, len, "err %s", err);
-    return n < 0 ? 0 : (int)((size_t)n < len ? (size_t)n : len - 1);
-}
-
-static int decode_src(const unsigned char *data, uint32_t len, const char *src,
-                      struct sh_src_id *id, char *err, size_t errlen)
-{
-    char buf[SH_STATUS_LINE_MAX];
-    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
-
-    memcpy(buf, data, n);
-    buf[n] = '\0';
-    memset(id, 0, sizeof(*id));
-    if (strncmp(buf, "err ", 4) == 0) {
-        snprintf(err, errlen, "%s", buf + 4);
-        return -1;
-    }
-    snprintf(id->path, sizeof(id->path), "%s", src);
-    if (sscanf(buf, "ok %" SCNu64 " %" SCNd64 " %" SCNu32 " %" SCNd64 " %" SCNu32,
-               &id->size, &id->mtime.sec, &id->mtime.nsec, &id->ctime.sec,
-               &id->ctime.nsec) != 5) {
-        snprintf(err, errlen, "malformed source record from the leader");
-        return -1;
-    }
-    return 0;
-}
-
 /* ------------------------------------------------ destinations in use -- */
 
-/* A job's claim on a destination on this node: the file "claim.<img>" in its
- * runtime directory (/run/stagehand/<jobid>[.<step>], owned by the job user,
- * mode 0700, removed by the epilog when the job ends) holding DST, SRC and
- * SRC's identity as the leader saw it (size, mtime, ctime). Staging replaces
- * DST atomically, but a job that is running reopens DST at each step
- * (pyxis imports the image at every srun): another job of the same user that
- * staged other content to the same DST would change the image under it
- * (new-user trial, 2026-12-01: two versions of app.sqsh, one default DST). */
-static int claim_text(const char *dst, const struct sh_src_id *id, char *buf, size_t len)
-{
-    int n = snprintf(buf, len, "%s\n%s\n", dst, id->path), m;
-
-    if (n <= 0 || (size_t)n >= len)
-        goto toolong;
-    /* SRC's identity as the leader sends it to every node (encode_src) */
-    m = encode_src(buf + n, len - (size_t)n, 1, id, NULL);
-    if ((size_t)n + (size_t)m + 1 >= len)
-        goto toolong;
-    buf[n + m] = '\n';
-    buf[n + m + 1] = '\0';
-    return n + m + 1;
-toolong:
-    errno = ENAMETOOLONG;
-    return -1;
-}
-
-/* Record this job's claim @text (@n bytes, from claim_text; n < 0: none) on
- * image @img, whose DST is @dst (temp file + rename, so a reader never sees
- * half of it). A claim that cannot be written only loses the protection:
- * warned, not fatal. */
+/* Record this job's claim (sh_claim_text's @text, @n bytes; n < 0: none) on
+ * image @img, whose DST is @dst. A claim that cannot be written only loses
+ * the protection: warned, not fatal. */
 static void claim_write(const struct agent *a, size_t img, const char *dst,
                         const char *text, int n)
 {
-    char tmp[64], name[32];
-    int dfd = -1, fd;
-    bool ok = false;
-
-    snprintf(name, sizeof(name), "claim.%zu", img);
-    snprintf(tmp, sizeof(tmp), ".claim.%zu.tmp", img);
-    if (n > 0)
-        dfd = open(a->rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd >= 0) {
-        fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            ok = write(fd, text, (size_t)n) == n;
-            ok = close(fd) == 0 && ok;
-            ok = ok && renameat(dfd, tmp, dfd, name) == 0;
-            if (!ok)
-                unlinkat(dfd, tmp, 0);
-        }
-    }
-    if (!ok)
+    if (sh_claim_write(a->rundir, img, text, n) != 0)
         sh_warn("stage", "cannot record the use of %s in %s: %s (other jobs of this "
                 "user are not kept from replacing it)", dst, a->rundir, strerror(errno));
-    if (dfd >= 0)
-        close(dfd);
-}
-
-static void claim_remove(const struct agent *a, size_t img)
-{
-    char path[sizeof(a->rundir) + 32];
-
-    snprintf(path, sizeof(path), "%s/claim.%zu", a->rundir, img);
-    unlink(path);
-}
-
-/* Does a claim in directory @jdir (a runtime directory under @rfd) name @dst
- * with other content than @mine (claim_text without its first line)? Its
- * source into @their. */
-static bool claims_differ(int rfd, const char *jdir, const char *dst, const char *mine,
-                          char *their, size_t theirlen)
-{
-    struct dirent *de;
-    bool found = false;
-    DIR *d;
-    int fd = openat(rfd, jdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-
-    if (fd < 0)
-        return false; /* another user's job (0700), or gone meanwhile */
-    d = fdopendir(fd);
-    if (d == NULL) {
-        close(fd);
-        return false;
-    }
-    while (!found && (de = readdir(d)) != NULL) {
-        char text[2 * PATH_MAX + 128], *nl;
-        ssize_t n;
-        int cfd;
-
-        if (strncmp(de->d_name, "claim.", 6) != 0)
-            continue;
-        cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (cfd < 0)
-            continue;
-        n = read(cfd, text, sizeof(text) - 1);
-        close(cfd);
-        if (n <= 0)
-            continue;
-        text[n] = '\0';
-        nl = strchr(text, '\n');
-        if (nl == NULL)
-            continue;
-        *nl = '\0';
-        if (strcmp(text, dst) != 0 || strcmp(nl + 1, mine) == 0)
-            continue;
-        found = true;
-        nl = strchr(nl + 1, '\n');
-        if (nl != NULL)
-            *nl = '\0';
-        snprintf(their, theirlen, "%s", text + strlen(text) + 1);
-    }
-    closedir(d);
-    return found;
-}
-
-/* Another running job's claim on @dst with another source or another
- * version of it than this job's @claim (claim_text; its identity differs):
- * that job's id into @who and its
- * source into @their. This job's own claims (its steps included) never
- * conflict. Every job writes its claim before it looks for others', so of
- * two jobs that stage different content to one DST on one node at the same
- * moment at least one sees the other's claim and is refused (both may be);
- * neither replaces the image of a job that runs. */
-static bool claim_conflict(const struct agent *a, const char *dst, const char *claim,
-                           char *who, size_t wholen, char *their, size_t theirlen)
-{
-    const char *mine = strchr(claim, '\n') + 1; /* SRC and its identity */
-    struct dirent *de;
-    bool found = false;
-    DIR *d;
-    int rfd;
-
-    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (rfd < 0)
-        return false;
-    d = fdopendir(rfd);
-    if (d == NULL) {
-        close(rfd);
-        return false;
-    }
-    while (!found && (de = readdir(d)) != NULL) {
-        char *end;
-        unsigned long long jobid;
-
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        errno = 0;
-        jobid = strtoull(de->d_name, &end, 10);
-        if (errno != 0 || (*end != '\0' && *end != '.') || jobid == a->in.jobid)
-            continue;
-        if (claims_differ(dirfd(d), de->d_name, dst, mine, their, theirlen)) {
-            snprintf(who, wholen, "%llu", jobid);
-            found = true;
-        }
-    }
-    closedir(d);
-    return found;
 }
 
 /* Remove what this node's engine of this job left next to @dst when it was
@@ -1583,12 +1141,12 @@ static void stage_image_run(struct agent *a, size_t img)
     struct sh_ctl_result votes;
     struct sh_src_id id;
     char buf[SH_STATUS_LINE_MAX], err[SH_STATUS_LINE_MAX], why[1536];
-    char claim[2 * PATH_MAX + 128]; /* claim_text: DST, SRC, SRC's identity */
+    char claim[2 * PATH_MAX + 128]; /* sh_claim_text: DST, SRC, SRC's identity */
     int clen;
     unsigned char *plan = NULL;
     uint32_t plen = 0, npart = 0, mypos = UINT32_MAX;
     uint32_t *part = NULL;
-    enum vote v;
+    enum sh_vote v;
     char mdir[PATH_MAX];
     const char *dir;
     bool made;
@@ -1605,12 +1163,12 @@ static void stage_image_run(struct agent *a, size_t img)
      * identity (the leader's entry) and proves every marker exists. One
      * round trip of the tree instead of a broadcast and an allgather: the
      * no-op path is on every job's start (issue 5). */
-    nearest_dir(dst, mdir, sizeof(mdir));
+    sh_nearest_dir(dst, mdir, sizeof(mdir));
     dir = mdir;
     made = marker_create(a, img, dir) == 0;
     if (a->index == 0) {
-        int ok = probe_source(src, &id, err, sizeof(err)) == 0;
-        len = encode_src(buf, sizeof(buf), ok, &id, err);
+        int ok = sh_src_probe(src, &id, err, sizeof(err)) == 0;
+        len = sh_src_encode(buf, sizeof(buf), ok, &id, err);
     } else {
         len = 0;
     }
@@ -1631,7 +1189,7 @@ static void stage_image_run(struct agent *a, size_t img)
                      sh_ctl_name(a->ctl, 0));
             bad = 1;
         } else {
-            bad = decode_src(first.entry[0].data, first.entry[0].len, src, &id, err,
+            bad = sh_src_decode(first.entry[0].data, first.entry[0].len, src, &id, err,
                              sizeof(err)) != 0;
         }
         sh_ctl_result_free(&first);
@@ -1642,7 +1200,7 @@ static void stage_image_run(struct agent *a, size_t img)
             return;
         }
     }
-    clen = claim_text(dst, &id, claim, sizeof(claim));
+    clen = sh_claim_text(dst, &id, claim, sizeof(claim));
     claim_write(a, img, dst, claim, clen);
 
     /* 2. every node votes; first, is DST's directory shared between nodes
@@ -1653,10 +1211,10 @@ static void stage_image_run(struct agent *a, size_t img)
         const char *fsname = NULL;
 
         if (statfs(dir, &fs) == 0)
-            fsname = shared_fs_name((long)fs.f_type);
+            fsname = sh_shared_fs_name((long)fs.f_type);
         who[0] = '\0';
         if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
-            v = VOTE_SHARED;
+            v = SH_VOTE_SHARED;
             if (fsname != NULL)
                 snprintf(why, sizeof(why), "%.180s is on a %s filesystem", dir, fsname);
             else
@@ -1665,13 +1223,14 @@ static void stage_image_run(struct agent *a, size_t img)
         } else {
             char their[PATH_MAX];
 
-            v = vote_for(a, dst, &id, why, sizeof(why));
+            v = sh_dest_vote(&a->cfg, a->in.uid, dst, &id, why, sizeof(why));
             /* Also when DST is current: a job with another claim may be
              * about to replace it (both claims are written before either is
              * looked for, so at least one of two such jobs sees the other). */
-            if ((v == VOTE_NEED || v == VOTE_CURRENT) && clen > 0 &&
-                claim_conflict(a, dst, claim, who, sizeof(who), their, sizeof(their))) {
-                v = VOTE_ERROR;
+            if ((v == SH_VOTE_NEED || v == SH_VOTE_CURRENT) && clen > 0 &&
+                sh_claim_conflict(a->in.jobid, dst, claim, who, sizeof(who), their,
+                                  sizeof(their))) {
+                v = SH_VOTE_ERROR;
                 snprintf(why, sizeof(why), "%.400s is in use by job %.32s, which staged "
                          "it from %.400s (another source, or the same one before it "
                          "changed): replacing it would change that job's image; stage to "
@@ -1694,15 +1253,15 @@ static void stage_image_run(struct agent *a, size_t img)
 
         static struct reasons r;
 
-        /* A node that cannot take the copy (vote_for: DST's place) fails
+        /* A node that cannot take the copy (sh_dest_vote: DST's place) fails
          * the image, naming the node and the reason. */
         memset(&r, 0, sizeof(r));
         for (uint32_t i = 0; i < votes.nnodes; i++) {
             const struct sh_ctl_entry *e = &votes.entry[i];
 
             if (e->state == SH_CTL_OK && e->len > 2 &&
-                (e->data[0] - '0' == VOTE_ERROR ||
-                 (e->data[0] - '0' == VOTE_SHARED && !a->cfg.allow_shared_dst)))
+                (e->data[0] - '0' == SH_VOTE_ERROR ||
+                 (e->data[0] - '0' == SH_VOTE_SHARED && !a->cfg.allow_shared_dst)))
                 reasons_add(&r, sh_ctl_name(a->ctl, i), (const char *)e->data + 2,
                             e->len - 2);
         }
@@ -1712,7 +1271,7 @@ static void stage_image_run(struct agent *a, size_t img)
             for (uint32_t i = 0; i < votes.nnodes; i++)
                 shared = shared || (votes.entry[i].state == SH_CTL_OK &&
                                     votes.entry[i].len > 0 &&
-                                    votes.entry[i].data[0] - '0' == VOTE_SHARED);
+                                    votes.entry[i].data[0] - '0' == SH_VOTE_SHARED);
             memcpy(buf, "fail ", 5);
             len = (int)(5 + reasons_format(&r, buf + 5, sizeof(buf) - 5));
             if (shared && (size_t)len < sizeof(buf) - 1)
@@ -1745,10 +1304,10 @@ static void stage_image_run(struct agent *a, size_t img)
                 o = (size_t)snprintf(planbuf, cap, "plan");
                 for (uint32_t i = 0; i < votes.nnodes; i++) {
                     int vv = votes.entry[i].len > 0 ? votes.entry[i].data[0] - '0'
-                                                    : VOTE_NEED;
-                    if (vv == VOTE_NEED || (vv == VOTE_SHARED && i == 0))
+                                                    : SH_VOTE_NEED;
+                    if (vv == SH_VOTE_NEED || (vv == SH_VOTE_SHARED && i == 0))
                         needs++;
-                    if (i == 0 || vv == VOTE_NEED)
+                    if (i == 0 || vv == SH_VOTE_NEED)
                         o += (size_t)snprintf(planbuf + o, cap - o, " %u", i);
                 }
                 if (needs == 0) {
@@ -1985,7 +1544,7 @@ static void stage_image(struct agent *a, size_t img)
 
     stage_image_run(a, img);
     if (!failed_before && a->failed)
-        claim_remove(a, img);
+        sh_claim_remove(a->rundir, img);
 }
 
 int sh_agent_prolog_main(void)

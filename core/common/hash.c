@@ -14,14 +14,6 @@ struct sh_hash {
     EVP_MD_CTX *md;
 };
 
-size_t sh_hash_len(enum sh_hash_algo algo)
-{
-    switch (algo) {
-    case SH_HASH_XXH3: return 16;
-    case SH_HASH_SHA256: return 32;
-    }
-    return 0;
-}
 
 struct sh_hash *sh_hash_new(enum sh_hash_algo algo)
 {
@@ -141,33 +133,4 @@ out:
     return rc;
 }
 
-char *sh_hash_hex(const uint8_t *digest, size_t len, char *hex)
-{
-    static const char digits[] = "0123456789abcdef";
 
-    for (size_t i = 0; i < len; i++) {
-        hex[2 * i] = digits[digest[i] >> 4];
-        hex[2 * i + 1] = digits[digest[i] & 0x0f];
-    }
-    hex[2 * len] = '\0';
-    return hex;
-}
-
-int sh_hash_unhex(const char *hex, uint8_t *digest, size_t len)
-{
-    if (strlen(hex) != 2 * len) {
-        errno = EINVAL;
-        return -1;
-    }
-    for (size_t i = 0; i < len; i++) {
-        int hi = sh_hex_digit(hex[2 * i]);
-        int lo = sh_hex_digit(hex[2 * i + 1]);
-
-        if (hi < 0 || lo < 0) {
-            errno = EINVAL;
-            return -1;
-        }
-        digest[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
-}

@@ -4,6 +4,9 @@
 #include <errno.h>
 #include <string.h>
 
+#include "stagehand/bytes.h"
+#include "stagehand/hash.h"
+
 static const char *const check_names[] = { "meta", "content", "size", "never" };
 
 int sh_check_parse(const char *text, enum sh_check *check)
@@ -55,4 +58,46 @@ const char *sh_phase_name(enum sh_phase p)
     };
 
     return (unsigned)p < SH_PH_COUNT ? names[p] : "?";
+}
+
+/* Digest lengths and hex forms (stagehand/hash.h): libc only, so the plugin
+ * can read metadata records without linking libcrypto. */
+size_t sh_hash_len(enum sh_hash_algo algo)
+{
+    switch (algo) {
+    case SH_HASH_XXH3: return 16;
+    case SH_HASH_SHA256: return 32;
+    }
+    return 0;
+}
+
+char *sh_hash_hex(const uint8_t *digest, size_t len, char *hex)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < len; i++) {
+        hex[2 * i] = digits[digest[i] >> 4];
+        hex[2 * i + 1] = digits[digest[i] & 0x0f];
+    }
+    hex[2 * len] = '\0';
+    return hex;
+}
+
+int sh_hash_unhex(const char *hex, uint8_t *digest, size_t len)
+{
+    if (strlen(hex) != 2 * len) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        int hi = sh_hex_digit(hex[2 * i]);
+        int lo = sh_hex_digit(hex[2 * i + 1]);
+
+        if (hi < 0 || lo < 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        digest[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
 }

@@ -1,0 +1,464 @@
+/* This node's part of a staging decision: stagehand/local.h. */
+#include "config.h"
+#include "stagehand/local.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stagehand/status.h"
+
+int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len)
+{
+    int n;
+
+    if (stepid < 0)
+        n = snprintf(out, len, "%" PRIu64, jobid);
+    else
+        n = snprintf(out, len, "%" PRIu64 ".%ld", jobid, stepid);
+    if (n < 0 || (size_t)n >= len) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
+}
+
+int sh_make_owned_dir(int dirfd, const char *name, uid_t uid, gid_t gid, mode_t mode)
+{
+    struct stat sb;
+    int fd;
+
+    if (mkdirat(dirfd, name, mode) == 0) {
+        if (fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+            return -1;
+    } else if (errno != EEXIST) {
+        return -1;
+    }
+    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &sb) != 0 || sb.st_uid != uid) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    if ((sb.st_mode & 07777) != mode && fchmod(fd, mode) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+
+int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen)
+{
+    struct stat sb;
+    int fd;
+
+    memset(id, 0, sizeof(*id));
+    fd = open(src, O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "source %s: %s", src, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0) {
+        snprintf(err, errlen, "source %s: %s", src, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    if (!S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "source %s is not a regular file", src);
+        return -1;
+    }
+    snprintf(id->path, sizeof(id->path), "%s", src);
+    id->size = (uint64_t)sb.st_size;
+    id->mtime = sh_ts_from(&sb.st_mtim);
+    id->ctime = sh_ts_from(&sb.st_ctim);
+    return 0;
+}
+
+/* Check @dst's place on this node as the job user, before any data moves
+ * (DESIGN.md §5, cases F17b, F31). Below the allowed root every existing
+ * directory of DST's path must be a real directory (a symbolic link could
+ * take the copy out of the allowed root), belong to the user or root, and
+ * not be writable by others unless sticky; DST itself must not be a
+ * directory, nor a file of another user that a sticky directory keeps us
+ * from replacing. A symlink planted as DST itself is fine: the engine
+ * replaces it with rename(2) and never follows it. Missing directories are
+ * left to the engine, which creates them as the user. Returns 0, or -1 with
+ * the user's error in @why. */
+int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, char *why,
+                       size_t whylen)
+{
+    const char *root = sh_config_allowed_root(cfg, dst);
+    char rest[PATH_MAX], sofar[PATH_MAX];
+    char *save = NULL, *comp, *next;
+    struct stat dsb, sb;
+    int fd, rc = -1;
+
+    if (root == NULL) {
+        snprintf(why, whylen, "destination %s is not under an allowed directory", dst);
+        return -1;
+    }
+    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &dsb) != 0) {
+        snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    snprintf(rest, sizeof(rest), "%s", dst + strlen(root));
+    snprintf(sofar, sizeof(sofar), "%s", root);
+    comp = strtok_r(rest, "/", &save);
+    while (comp != NULL) {
+        size_t used = strlen(sofar);
+        int nfd;
+
+        next = strtok_r(NULL, "/", &save);
+        snprintf(sofar + used, sizeof(sofar) - used, "/%s", comp);
+        if (fstatat(fd, comp, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT) {
+                rc = 0; /* the engine creates the rest as the user */
+                break;
+            }
+            snprintf(why, whylen, "destination %s: %s: %s", dst, sofar, strerror(errno));
+            break;
+        }
+        if (next == NULL) {
+            /* DST itself */
+            if (S_ISDIR(sb.st_mode)) {
+                snprintf(why, whylen, "destination %s is a directory (DST names the "
+                         "file to publish; end DST with '/' to stage into that "
+                         "directory under SRC's file name)", dst);
+                break;
+            }
+            if (!S_ISLNK(sb.st_mode) && sb.st_uid != uid && sb.st_uid != 0 &&
+                (dsb.st_mode & S_ISVTX) != 0 && dsb.st_uid != uid) {
+                snprintf(why, whylen, "destination %s belongs to another user (uid "
+                         "%u) and its directory is sticky: it cannot be replaced",
+                         dst, (unsigned)sb.st_uid);
+                break;
+            }
+            rc = 0;
+            break;
+        }
+        if (S_ISLNK(sb.st_mode)) {
+            snprintf(why, whylen, "destination %s: %s is a symbolic link (staging never "
+                     "follows links below the allowed directory %s)", dst, sofar, root);
+            break;
+        }
+        if (!S_ISDIR(sb.st_mode)) {
+            snprintf(why, whylen, "destination %s: %s is not a directory", dst, sofar);
+            break;
+        }
+        if (sb.st_uid != uid && sb.st_uid != 0) {
+            snprintf(why, whylen, "destination %s: directory %s belongs to another "
+                     "user (uid %u)", dst, sofar, (unsigned)sb.st_uid);
+            break;
+        }
+        if ((sb.st_mode & S_IWOTH) != 0 && (sb.st_mode & S_ISVTX) == 0) {
+            snprintf(why, whylen, "destination %s: directory %s is writable by every "
+                     "user (mode %04o): another user could replace the image", dst,
+                     sofar, (unsigned)(sb.st_mode & 07777));
+            break;
+        }
+        nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0) {
+            snprintf(why, whylen, "destination %s: %s: %s", dst, sofar,
+                     errno == ELOOP ? "is a symbolic link" : strerror(errno));
+            break;
+        }
+        close(fd);
+        fd = nfd;
+        dsb = sb;
+        comp = next;
+    }
+    close(fd);
+    return rc;
+}
+
+/* Filesystems that are network or cluster filesystems: a DST there is the
+ * same file on every node (F01). Magic numbers from statfs(2). */
+const char *sh_shared_fs_name(long type)
+{
+    switch ((unsigned long)type) {
+    case 0x6969UL: return "NFS";
+    case 0x517BUL: return "SMB";
+    case 0xFF534D42UL: return "CIFS";
+    case 0xFE534D42UL: return "SMB2";
+    case 0x0BD00BD0UL: return "Lustre";
+    case 0x47504653UL: return "GPFS";
+    case 0x00C36400UL: return "CephFS";
+    case 0x19830326UL: return "BeeGFS";
+    case 0x01021997UL: return "9p";
+    case 0x5346414FUL: return "AFS";
+    case 0xAAD7AAEAUL: return "PanFS";
+    case 0x65735546UL: return "FUSE (e.g. sshfs)";
+    default: return NULL;
+    }
+}
+
+/* The deepest existing directory on the way to @dst (its parent, or an
+ * ancestor the engine will create the rest under), into @out. */
+void sh_nearest_dir(const char *dst, char *out, size_t len)
+{
+    struct stat sb;
+    char *slash;
+
+    snprintf(out, len, "%s", dst);
+    while ((slash = strrchr(out, '/')) != NULL) {
+        if (slash == out) {
+            out[1] = '\0';
+            return;
+        }
+        *slash = '\0';
+        if (lstat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
+            return;
+    }
+}
+
+
+/* This node's vote for @dst given the source @id. Content checks are left to
+ * the engine (it hashes DST); here only the recorded metadata decides. */
+enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *dst,
+                          const struct sh_src_id *id, char *why, size_t whylen)
+{
+    enum sh_check check = cfg->check;
+    char dir[PATH_MAX], *slash;
+    struct sh_meta rec;
+    struct stat sb;
+    const char *reason = "";
+    int dirfd, fd, current;
+
+    if (sh_dest_check_path(cfg, uid, dst, why, whylen) != 0)
+        return SH_VOTE_ERROR;
+    snprintf(why, whylen, "needs a copy");
+    if (check == SH_CHECK_NEVER || check == SH_CHECK_CONTENT)
+        return SH_VOTE_NEED;
+    snprintf(dir, sizeof(dir), "%s", dst);
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return SH_VOTE_NEED;
+    *slash = '\0';
+    dirfd = open(dir[0] != '\0' ? dir : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return SH_VOTE_NEED; /* the engine creates parents and reports errors */
+    if (fstatat(dirfd, slash + 1, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        close(dirfd);
+        return SH_VOTE_NEED;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(dirfd);
+        return SH_VOTE_NEED; /* the engine refuses to replace it, with a message */
+    }
+    fd = openat(dirfd, slash + 1, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        close(dirfd);
+        return SH_VOTE_NEED;
+    }
+    current = sh_meta_load(dirfd, slash + 1, fd, &rec, NULL) == 0 &&
+              sh_meta_is_current(check, id, &sb, uid, &rec, NULL, &reason) == 1;
+    if (!current && check == SH_CHECK_SIZE)
+        current = sh_meta_is_current(check, id, &sb, uid, NULL, NULL, &reason) == 1;
+    close(fd);
+    close(dirfd);
+    if (current) {
+        snprintf(why, whylen, "current");
+        return SH_VOTE_CURRENT;
+    }
+    if (reason != NULL && reason[0] != '\0')
+        snprintf(why, whylen, "%s", reason);
+    return SH_VOTE_NEED;
+}
+
+int sh_src_encode(char *buf, size_t len, int ok, const struct sh_src_id *id, const char *err)
+{
+    int n;
+
+    if (ok)
+        n = snprintf(buf, len, "ok %" PRIu64 " %" PRId64 " %" PRIu32 " %" PRId64
+                     " %" PRIu32, id->size, id->mtime.sec, id->mtime.nsec,
+                     id->ctime.sec, id->ctime.nsec);
+    else
+        n = snprintf(buf, len, "err %s", err);
+    return n < 0 ? 0 : (int)((size_t)n < len ? (size_t)n : len - 1);
+}
+
+int sh_src_decode(const unsigned char *data, uint32_t len, const char *src,
+                  struct sh_src_id *id, char *err, size_t errlen)
+{
+    char buf[SH_STATUS_LINE_MAX];
+    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+
+    memcpy(buf, data, n);
+    buf[n] = '\0';
+    memset(id, 0, sizeof(*id));
+    if (strncmp(buf, "err ", 4) == 0) {
+        snprintf(err, errlen, "%s", buf + 4);
+        return -1;
+    }
+    snprintf(id->path, sizeof(id->path), "%s", src);
+    if (sscanf(buf, "ok %" SCNu64 " %" SCNd64 " %" SCNu32 " %" SCNd64 " %" SCNu32,
+               &id->size, &id->mtime.sec, &id->mtime.nsec, &id->ctime.sec,
+               &id->ctime.nsec) != 5) {
+        snprintf(err, errlen, "malformed source record from the leader");
+        return -1;
+    }
+    return 0;
+}
+
+
+int sh_claim_text(const char *dst, const struct sh_src_id *id, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "%s\n%s\n", dst, id->path), m;
+
+    if (n <= 0 || (size_t)n >= len)
+        goto toolong;
+    /* SRC's identity as the leader sends it to every node (encode_src) */
+    m = sh_src_encode(buf + n, len - (size_t)n, 1, id, NULL);
+    if ((size_t)n + (size_t)m + 1 >= len)
+        goto toolong;
+    buf[n + m] = '\n';
+    buf[n + m + 1] = '\0';
+    return n + m + 1;
+toolong:
+    errno = ENAMETOOLONG;
+    return -1;
+}
+
+int sh_claim_write(const char *rundir, size_t img, const char *text, int n)
+{
+    char tmp[64], name[32];
+    int dfd, fd, saved;
+    bool ok = false;
+
+    if (n <= 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf(name, sizeof(name), "claim.%zu", img);
+    snprintf(tmp, sizeof(tmp), ".claim.%zu.tmp", img);
+    dfd = open(rundir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return -1;
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        ok = write(fd, text, (size_t)n) == n;
+        ok = close(fd) == 0 && ok;
+        ok = ok && renameat(dfd, tmp, dfd, name) == 0;
+        if (!ok) {
+            saved = errno;
+            unlinkat(dfd, tmp, 0);
+            errno = saved;
+        }
+    }
+    saved = errno;
+    close(dfd);
+    errno = saved;
+    return ok ? 0 : -1;
+}
+
+void sh_claim_remove(const char *rundir, size_t img)
+{
+    char path[PATH_MAX];
+
+    if (snprintf(path, sizeof(path), "%s/claim.%zu", rundir, img) < (int)sizeof(path))
+        unlink(path);
+}
+
+/* Does a claim in directory @jdir (a runtime directory under @rfd) name @dst
+ * with other content than @mine (sh_claim_text without its first line)? Its
+ * source into @their. */
+static bool claims_differ(int rfd, const char *jdir, const char *dst, const char *mine,
+                          char *their, size_t theirlen)
+{
+    struct dirent *de;
+    bool found = false;
+    DIR *d;
+    int fd = openat(rfd, jdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+    if (fd < 0)
+        return false; /* another user's job (0700), or gone meanwhile */
+    d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return false;
+    }
+    while (!found && (de = readdir(d)) != NULL) {
+        char text[2 * PATH_MAX + 128], *nl;
+        ssize_t n;
+        int cfd;
+
+        if (strncmp(de->d_name, "claim.", 6) != 0)
+            continue;
+        cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (cfd < 0)
+            continue;
+        n = read(cfd, text, sizeof(text) - 1);
+        close(cfd);
+        if (n <= 0)
+            continue;
+        text[n] = '\0';
+        nl = strchr(text, '\n');
+        if (nl == NULL)
+            continue;
+        *nl = '\0';
+        if (strcmp(text, dst) != 0 || strcmp(nl + 1, mine) == 0)
+            continue;
+        found = true;
+        nl = strchr(nl + 1, '\n');
+        if (nl != NULL)
+            *nl = '\0';
+        snprintf(their, theirlen, "%s", text + strlen(text) + 1);
+    }
+    closedir(d);
+    return found;
+}
+
+bool sh_claim_conflict(uint64_t self, const char *dst, const char *claim, char *who,
+                       size_t wholen, char *their, size_t theirlen)
+{
+    const char *mine = strchr(claim, '\n') + 1; /* SRC and its identity */
+    struct dirent *de;
+    bool found = false;
+    DIR *d;
+    int rfd;
+
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return false;
+    d = fdopendir(rfd);
+    if (d == NULL) {
+        close(rfd);
+        return false;
+    }
+    while (!found && (de = readdir(d)) != NULL) {
+        char *end;
+        unsigned long long jobid;
+
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        errno = 0;
+        jobid = strtoull(de->d_name, &end, 10);
+        if (errno != 0 || (*end != '\0' && *end != '.') || jobid == self)
+            continue;
+        if (claims_differ(dirfd(d), de->d_name, dst, mine, their, theirlen)) {
+            snprintf(who, wholen, "%llu", jobid);
+            found = true;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
