@@ -7,6 +7,8 @@
  *                hand the spec to the prolog
  *   prolog.c     slurmd prolog/epilog (job-script context): start the
  *                agent, record the outcome in the status file
+ *   local.c      the job prolog's local check: a node whose copy is
+ *                current ends its prolog without waiting for the others
  *   remote.c     slurmstepd (remote context): fail the step or export the
  *                staged paths
  *
@@ -16,11 +18,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include <slurm/spank.h>
 
 #include "stagehand/config.h"
 #include "stagehand/spec.h"
+#include "stagehand/status.h"
 
 #define SH_PLUGIN_ERR_MAX 1024
 
@@ -79,6 +84,31 @@ int sh_submit_option(const char *value);
  * image and spank_job_control_setenv() of the canonical spec. Returns 0, or
  * -1 after printing "stagehand: --stage-image=<value>: <reason>". */
 int sh_submit_post_opt(spank_t sp);
+
+/* One staging to run on this node: the job prolog's (stepid < 0) or a job
+ * step's (prolog.c). The strings belong to the caller. */
+struct sh_stage_job {
+    uint32_t jobid;
+    long stepid;
+    uid_t uid;
+    gid_t gid;
+    const char *user;
+    const char *nodelist;
+    const char *nodename;
+    const char *cluster;
+    const char *spec;
+    const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
+};
+
+/* Job prolog (local.c): is every image of @job current on this node, for
+ * SRC as the job user sees it now, on a filesystem of this node only, with
+ * the job's claim recorded and no other job's conflicting claim (stagehand/
+ * local.h)? Checked by a child forked as the job user, bounded (5 s).
+ * True: one summary line per image added to @st. False for a job step's
+ * staging, check=content|never, or any doubt (logged at debug level): the
+ * agents then decide together. */
+bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
+                      struct sh_status *st);
 
 /* Job-script context: job prolog / epilog (prolog.c). The prolog returns -1
  * only for a node fault under on_node_fault=drain. */

@@ -72,22 +72,10 @@ static const char *env_or(const char *name, const char *alt)
     return v != NULL ? v : "";
 }
 
-/* One staging to run: the job prolog's (stepid < 0) or a job step's. */
-struct stage_job {
-    uint32_t jobid;
-    long stepid;
-    uid_t uid;
-    gid_t gid;
-    const char *user;
-    const char *nodelist;
-    const char *nodename;
-    const char *cluster;
-    const char *spec;
-    const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
-};
-
-/* Write the agent's inputs (stagehand/agentio.h) to @fd. */
-static int write_inputs(int fd, const struct stage_job *job, int ac, char **av)
+/* Write the agent's inputs (stagehand/agentio.h) to @fd; @detached: the
+ * prolog ends without the agent (local=current). */
+static int write_inputs(int fd, const struct sh_stage_job *job, bool detached, int ac,
+                        char **av)
 {
     FILE *f = fdopen(fd, "w");
     int rc = 0;
@@ -107,6 +95,8 @@ static int write_inputs(int fd, const struct stage_job *job, int ac, char **av)
     rc |= sh_kv_put(f, SH_AGENT_IN_SPEC, job->spec);
     for (int i = 0; i < ac; i++)
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
+    if (detached)
+        rc |= sh_kv_put(f, SH_AGENT_IN_LOCAL, "current");
     rc |= fprintf(f, "%s\n", SH_AGENT_IN_END) < 0 ? -1 : 0;
     if (fclose(f) != 0)
         rc = -1;
@@ -207,8 +197,8 @@ static int above_stdio(int fd)
 }
 
 /* Start @agent ("stagehand-agent --prolog") in a new session with @in_fd as
- * its stdin and @out_fd as its stdout, stderr left to slurmd (or /dev/null
- * when closed), no other descriptor, SIGPIPE at its default and PATH as its
+ * its stdin and @out_fd as its stdout (/dev/null when < 0: a detached agent),
+ * stderr left to slurmd (or /dev/null when closed), no other descriptor, SIGPIPE at its default and PATH as its
  * whole environment. posix_spawn(3), which glibc implements with
  * clone(CLONE_VM|CLONE_VFORK): unlike fork(2) it does not copy slurmstepd's
  * page tables or make the next writes on both sides copy-on-write faults
@@ -239,8 +229,10 @@ static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
      * slurmd descriptor (the agent logs through its output pipe, "log="
      * lines; its stderr stays slurmd's for a crash). */
     rc = posix_spawn_file_actions_adddup2(&fa, in_fd, STDIN_FILENO);
-    if (rc == 0)
+    if (rc == 0 && out_fd >= 0)
         rc = posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO);
+    else if (rc == 0)
+        rc = posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
     if (rc == 0 && fcntl(STDERR_FILENO, F_GETFD) < 0)
         rc = posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null",
                                               O_WRONLY, 0);
@@ -278,9 +270,112 @@ static void fill_images(struct sh_status *st, const char *spec)
     sh_spec_set_free(set);
 }
 
+/* The start time of process @pid in clock ticks since boot (proc(5),
+ * /proc/<pid>/stat field 22), or 0 when it is gone (or a zombie). With the pid it names one
+ * process: a pid alone could be reused by the time the epilog runs. */
+static unsigned long long proc_starttime(pid_t pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long start = 0;
+    ssize_t n;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+    if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
+        return 0; /* an exited process that is not reaped yet is gone too */
+    /* fields 3 (state) to 21, then starttime */
+    for (int field = 3; field <= 22 && p != NULL; field++)
+        p = strchr(p + 1, ' ');
+    if (p == NULL || sscanf(p + 1, "%llu", &start) != 1)
+        return 0;
+    return start;
+}
+
+/* Remember a detached agent (@pid, its own process group) of @job in the
+ * root-owned SH_RUNTIME_DIR/<jobid>.agent, for the epilog. */
+static void record_detached(const struct sh_stage_job *job, pid_t pid)
+{
+    char path[128], text[64];
+    int fd, n;
+
+    snprintf(path, sizeof(path), "%s/%u.agent", SH_RUNTIME_DIR, job->jobid);
+    n = snprintf(text, sizeof(text), "%d %llu\n", (int)pid, proc_starttime(pid));
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, text, (size_t)n) != n)
+        slurm_error("stagehand: job %u: cannot write %s: %s (the epilog will not stop "
+                    "agent %d)", job->jobid, path, strerror(errno), (int)pid);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Epilog: stop the detached agent recorded in @name under @rfd, if that very
+ * process still runs (pid and start time), with its process group. */
+static void stop_detached(int rfd, uint32_t jobid, const char *name)
+{
+    char text[64];
+    unsigned long long start = 0;
+    int pid = 0, fd = openat(rfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return;
+    n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    text[n] = '\0';
+    if (sscanf(text, "%d %llu", &pid, &start) != 2 || pid <= 1 || start == 0 ||
+        proc_starttime((pid_t)pid) != start)
+        return;
+    slurm_info("stagehand: epilog: job %u: stopping agent %d, still serving other nodes",
+               jobid, pid);
+    kill(-pid, SIGKILL);
+}
+
+/* This node's copies are current (sh_local_current): start the agent
+ * detached, for the other nodes (it votes, relays in the control tree and, on
+ * node 0, reads SRC), and remember it for the epilog. This node's outcome
+ * stays a success if it cannot start: the other nodes' agents report this
+ * node as missing. */
+static void start_detached(const struct sh_config *cfg, const struct sh_stage_job *job,
+                           int ac, char **av)
+{
+    int in_pipe[2] = { -1, -1 }, rc;
+    pid_t pid;
+
+    if (pipe2(in_pipe, O_CLOEXEC) != 0 || (in_pipe[0] = above_stdio(in_pipe[0])) < 0) {
+        slurm_error("stagehand: job %u: pipe: %s (the other nodes go without this "
+                    "node's agent)", job->jobid, strerror(errno));
+        close_pipe(in_pipe);
+        return;
+    }
+    rc = spawn_agent(cfg->agent, in_pipe[0], -1, &pid);
+    close(in_pipe[0]);
+    if (rc != 0) {
+        slurm_error("stagehand: job %u: cannot start the agent %s: %s (the other nodes "
+                    "go without this node's agent)", job->jobid, cfg->agent, strerror(rc));
+        close(in_pipe[1]);
+        return;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (write_inputs(in_pipe[1], job, true, ac, av) != 0)
+        slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
+                    job->jobid, strerror(errno));
+    record_detached(job, pid);
+}
+
 /* Run the agent for @job and record its outcome in the status file. Returns
  * -1 only for a node fault under on_node_fault=drain (job prolog only). */
-static int run_staging(const struct stage_job *job, int ac, char **av)
+static int run_staging(const struct sh_stage_job *job, int ac, char **av)
 {
     const struct sh_config *cfg;
     static struct agent_result res; /* ~0.6 MiB: not on the stack */
@@ -322,6 +417,12 @@ static int run_staging(const struct stage_job *job, int ac, char **av)
                  job->nodename, SH_VERSION);
         goto record;
     }
+    /* The job prolog on a node whose copies are current: done here. */
+    if (job->stepid < 0 && sh_local_current(cfg, job, &res.status)) {
+        start_detached(cfg, job, ac, av);
+        res.have_result = res.ok = true;
+        goto record;
+    }
     if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 ||
         (in_pipe[0] = above_stdio(in_pipe[0])) < 0 ||
         (out_pipe[1] = above_stdio(out_pipe[1])) < 0) {
@@ -347,7 +448,7 @@ static int run_staging(const struct stage_job *job, int ac, char **av)
     slurm_debug("stagehand: job %u: agent %d started %.1f ms after the plugin was called",
                 job->jobid, (int)pid, (double)(now_ns() - t_entry) / 1e6);
     signal(SIGPIPE, SIG_IGN);
-    if (write_inputs(in_pipe[1], job, ac, av) != 0)
+    if (write_inputs(in_pipe[1], job, false, ac, av) != 0)
         slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
                     job->jobid, strerror(errno));
 
@@ -407,7 +508,7 @@ record:
 
 int sh_prolog_run(spank_t sp, int ac, char **av)
 {
-    struct stage_job job = { .stepid = -1, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+    struct sh_stage_job job = { .stepid = -1, .uid = (uid_t)-1, .gid = (gid_t)-1 };
 
     job.spec = getenv(SH_SPEC_PROLOG_ENV);
     if (job.spec == NULL || job.spec[0] == '\0')
@@ -432,7 +533,7 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
 {
     static char spec[16384], nodelist[8192], cluster[256], user[256];
     static char nodename[256], version[64];
-    struct stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
+    struct sh_stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
     uint32_t stepid = 0;
@@ -469,8 +570,9 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
     return run_staging(&job, ac, av);
 }
 
-/* Remove what staging at step start left for @jobid: "<jobid>.<step>"
- * runtime directories and "<jobid>.<step>.status" files. */
+/* Remove what staging left for @jobid besides its runtime directory:
+ * "<jobid>.<step>" runtime directories, "<jobid>.<step>.status" files, and
+ * "<jobid>.agent", the record of a detached agent, which is stopped first. */
 static void remove_step_state(int rfd, uint32_t jobid)
 {
     char prefix[32];
@@ -489,8 +591,13 @@ static void remove_step_state(int rfd, uint32_t jobid)
     snprintf(prefix, sizeof(prefix), "%u.", jobid);
     plen = strlen(prefix);
     while ((de = readdir(d)) != NULL) {
-        if (strncmp(de->d_name, prefix, plen) == 0 &&
-            sh_rmtree_at(rfd, de->d_name, 8) != 0)
+        size_t len = strlen(de->d_name);
+
+        if (strncmp(de->d_name, prefix, plen) != 0)
+            continue;
+        if (len > 6 && strcmp(de->d_name + len - 6, ".agent") == 0)
+            stop_detached(rfd, jobid, de->d_name);
+        if (sh_rmtree_at(rfd, de->d_name, 8) != 0)
             slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                         SH_RUNTIME_DIR, de->d_name, strerror(errno));
     }
@@ -514,11 +621,13 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rfd < 0)
         return 0;
+    /* First the "<jobid>.*" entries: a detached agent is stopped before the
+     * directory it works in goes. */
+    remove_step_state(rfd, jobid);
     snprintf(name, sizeof(name), "%u", jobid);
     if (sh_rmtree_at(rfd, name, 8) != 0)
         slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                     SH_RUNTIME_DIR, name, strerror(errno));
-    remove_step_state(rfd, jobid);
     close(rfd);
     return 0;
 }

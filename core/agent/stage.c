@@ -27,6 +27,7 @@
 #include <sys/vfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +73,7 @@ struct agent_in {
     char nodename[256];
     char cluster[256];
     char spec[SH_KV_LINE_MAX];
+    bool detached;          /* local=current: the plugin ended the prolog */
     int nargs;
     char *args[MAX_ARGS];
 };
@@ -119,6 +121,15 @@ static void pipe_sink(enum sh_log_level level, const char *line)
     } else {
         fprintf(stderr, "%s\n", line);
     }
+}
+
+/* A detached agent's log (local=current): nobody reads its pipe any more, so
+ * its lines go to syslog(3), facility daemon, as "stagehand-agent". */
+static void syslog_sink(enum sh_log_level level, const char *line)
+{
+    syslog(level == SH_LOG_DEBUG ? LOG_DEBUG
+           : level == SH_LOG_INFO ? LOG_INFO
+           : level == SH_LOG_WARN ? LOG_WARNING : LOG_ERR, "%s", line);
 }
 
 static void set_failure(struct agent *a, bool node_fault, const char *fmt, ...)
@@ -206,6 +217,9 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
             bad = copy_in(in->cluster, sizeof(in->cluster), value);
         } else if (strcmp(key, SH_AGENT_IN_SPEC) == 0) {
             bad = copy_in(in->spec, sizeof(in->spec), value);
+        } else if (strcmp(key, SH_AGENT_IN_LOCAL) == 0) {
+            bad = strcmp(value, "current") != 0;
+            in->detached = !bad;
         } else if (strcmp(key, SH_AGENT_IN_ARG) == 0) {
             if (in->nargs >= MAX_ARGS || (in->args[in->nargs] = strdup(value)) == NULL)
                 bad = 1;
@@ -1224,12 +1238,21 @@ static void stage_image_run(struct agent *a, size_t img)
             char their[PATH_MAX];
 
             v = sh_dest_vote(&a->cfg, a->in.uid, dst, &id, why, sizeof(why));
+            /* The plugin found DST current for SRC as this node saw it and
+             * the job runs on it: this node's copy is not replaced. SRC as
+             * the leader saw it differs (it changed in between): fail the
+             * image rather than give the nodes different content. */
+            if (a->in.detached && v == SH_VOTE_NEED) {
+                v = SH_VOTE_ERROR;
+                snprintf(why, sizeof(why), "%.400s changed while the job started: this "
+                         "node's job runs on the copy that matched it before", src);
+            }
             /* Also when DST is current: a job with another claim may be
              * about to replace it (both claims are written before either is
              * looked for, so at least one of two such jobs sees the other). */
             if ((v == SH_VOTE_NEED || v == SH_VOTE_CURRENT) && clen > 0 &&
-                sh_claim_conflict(a->in.jobid, dst, claim, who, sizeof(who), their,
-                                  sizeof(their))) {
+                sh_claim_conflict(SH_RUNTIME_DIR, a->in.jobid, dst, claim, who,
+                                  sizeof(who), their, sizeof(their))) {
                 v = SH_VOTE_ERROR;
                 snprintf(why, sizeof(why), "%.400s is in use by job %.32s, which staged "
                          "it from %.400s (another source, or the same one before it "
@@ -1576,6 +1599,11 @@ int sh_agent_prolog_main(void)
         set_failure(&a, true, "agent input: %s", err);
         goto done;
     }
+    if (a.in.detached) {
+        openlog("stagehand-agent", LOG_PID, LOG_DAEMON);
+        sh_log_set_sink(syslog_sink);
+        sh_log_set_level(SH_LOG_INFO);
+    }
     {
         char jobid[32];
         snprintf(jobid, sizeof(jobid), "%" PRIu64, a.in.jobid);
@@ -1659,6 +1687,8 @@ int sh_agent_prolog_main(void)
     for (size_t i = 0; i < sh_spec_set_count(a.specs) && !a.failed; i++)
         stage_image(&a, i);
 done:
+    if (a.in.detached && a.failed)
+        sh_error("stage", "%s", a.message);
     report(&a);
     sh_ctl_close(a.ctl);
     sh_key_wipe(a.kjob, sizeof(a.kjob));

@@ -426,8 +426,9 @@ static bool claims_differ(int rfd, const char *jdir, const char *dst, const char
     return found;
 }
 
-bool sh_claim_conflict(uint64_t self, const char *dst, const char *claim, char *who,
-                       size_t wholen, char *their, size_t theirlen)
+bool sh_claim_conflict(const char *runtime_dir, uint64_t self, const char *dst,
+                       const char *claim, char *who, size_t wholen, char *their,
+                       size_t theirlen)
 {
     const char *mine = strchr(claim, '\n') + 1; /* SRC and its identity */
     struct dirent *de;
@@ -435,7 +436,7 @@ bool sh_claim_conflict(uint64_t self, const char *dst, const char *claim, char *
     DIR *d;
     int rfd;
 
-    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    rfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rfd < 0)
         return false;
     d = fdopendir(rfd);

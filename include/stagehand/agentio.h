@@ -7,6 +7,10 @@
  *   nodelist=<Slurm hostlist>  nodename=<this node>  cluster=<name>
  *   spec=<canonical spec set, stagehand/spec.h>
  *   arg=<plugstack argument>          (repeated, in order)
+ *   [local=current: the plugin found every image current on this node as
+ *    the job user sees SRC, recorded that outcome and ended the prolog; the
+ *    agent runs detached (stdout is /dev/null, its log goes to syslog) and
+ *    only serves the other nodes: it votes, relays and, as node 0, reads]
  *   end
  * Inputs never travel in argv or the environment (F19: the prolog's
  * environment has no PATH/HOME/USER, and argv is visible to every user).
@@ -21,7 +25,7 @@
 #ifndef STAGEHAND_AGENTIO_H
 #define STAGEHAND_AGENTIO_H
 
-#define SH_AGENT_PROTO_VERSION 1
+#define SH_AGENT_PROTO_VERSION 2
 
 #define SH_AGENT_IN_VERSION  "version"
 #define SH_AGENT_IN_JOBID    "jobid"
@@ -34,6 +38,7 @@
 #define SH_AGENT_IN_CLUSTER  "cluster"
 #define SH_AGENT_IN_SPEC     "spec"
 #define SH_AGENT_IN_ARG      "arg"
+#define SH_AGENT_IN_LOCAL    "local"
 #define SH_AGENT_IN_END      "end"
 
 #define SH_AGENT_OUT_LOG     "log"

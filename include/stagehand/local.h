@@ -92,14 +92,16 @@ int sh_claim_write(const char *rundir, size_t img, const char *text, int n);
 /* Remove image @img's claim from @rundir (ignores ENOENT). */
 void sh_claim_remove(const char *rundir, size_t img);
 
-/* Another running job's claim on @dst with other content than @claim (its
+/* Another running job's claim, in a runtime directory under @runtime_dir
+ * (SH_RUNTIME_DIR), on @dst with other content than @claim (its
  * source or the source's identity differs): that job's id into @who and its
  * source into @their. Claims of job @self itself (its steps included) never
  * conflict; other users' runtime directories (0700) are not readable and
  * never conflict. Every job writes its claim before it looks for others', so
  * of two jobs that stage different content to one DST at the same moment at
  * least one sees the other's claim. */
-bool sh_claim_conflict(uint64_t self, const char *dst, const char *claim, char *who,
-                       size_t wholen, char *their, size_t theirlen);
+bool sh_claim_conflict(const char *runtime_dir, uint64_t self, const char *dst,
+                       const char *claim, char *who, size_t wholen, char *their,
+                       size_t theirlen);
 
 #endif

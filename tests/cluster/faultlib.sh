@@ -96,14 +96,6 @@ node_size() {
     on_node "$1" stat -c %s "$2" 2>/dev/null || true
 }
 
-# The slurmd log of node @1 from byte offset @2 on (see log_offset).
-log_since() {
-    tail -c +"$(($2 + 1))" "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null
-}
-log_offset() {
-    stat -c %s "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null || echo 0
-}
-
 # md5 of @2 inside node @1 ("" when missing): faster than node_sha for the
 # large files of the fault tests (integrity against corruption, not attack).
 node_md5() {

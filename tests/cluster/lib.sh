@@ -80,6 +80,14 @@ assert_no_temp_files() {
     done
 }
 
+# The slurmd log of node @1 from byte offset @2 on (see log_offset).
+log_since() {
+    tail -c +"$(($2 + 1))" "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null
+}
+log_offset() {
+    stat -c %s "$MINICLUSTER_STATE/log/slurmd.$1.log" 2>/dev/null || echo 0
+}
+
 # Assert that job @1 left no runtime state in /run/stagehand on any node.
 assert_no_runtime_state() {
     local n left

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 4: sbatch --stage-image stages to every node of the job before the
 # first step (checked by checksum inside each node), the job sees
-# STAGEHAND_IMAGE, the copies belong to the job user, a re-submit is a no-op,
-# one stale node is the only one that receives, and nothing is left in
+# STAGEHAND_IMAGE, the copies belong to the job user, a re-submit is a no-op
+# that every node decides by itself, one stale node is the only one that
+# receives (from a node whose prolog has ended), and nothing is left in
 # /run/stagehand after the job. Field cases F03 (no rewrite of current
 # copies), F20 (engine runs as the job user).
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
@@ -32,12 +33,29 @@ grep -q "$dst: $k copied, 0 current of $k nodes" "$out" || fail "first run summa
 [ "$(grep -c "image=$dst" "$out")" -eq "$k" ] || fail "STAGEHAND_IMAGE not exported: $(cat "$out")"
 assert_staged_everywhere "$img" "$dst"
 
+# Re-submit: every node finds its own copy current and ends its prolog
+# without waiting for the others (spank/local.c); no copy is rewritten.
+ids() { for n in $MINICLUSTER_NODES; do on_node "$n" stat -c %i.%Y "$dst"; done; }
+before=$(ids)
+declare -A off
+for n in $MINICLUSTER_NODES; do off[$n]=$(log_offset "$n"); done
 submit
-grep -q "$dst: all $k nodes current, nothing copied" "$out" || fail "re-submit was not a no-op: $(cat "$out")"
+grep -q "^stagehand: $dst: current on n1, nothing copied ([0-9.]* s)$" "$out" ||
+    fail "re-submit was not a no-op on the batch node: $(cat "$out")"
+for n in $MINICLUSTER_NODES; do
+    log_since "$n" "${off[$n]}" | grep -q "stagehand: job ${jobs[-1]} user .*: $dst: current on $n, nothing copied" ||
+        fail "$n: its prolog did not find its copy current: $(log_since "$n" "${off[$n]}" | grep stagehand)"
+done
+[ "$(ids)" = "$before" ] || fail "a current copy was rewritten"
 
+# One stale node: the others start at once (n1 runs the batch script), n2
+# alone receives, read by n1's detached agent.
 on_node n2 rm -f "$dst"
+off2=$(log_offset n2)
 submit
-grep -q "$dst: 1 copied, $((k - 1)) current of $k nodes" "$out" || fail "stale node run: $(cat "$out")"
+grep -q "^stagehand: $dst: current on n1, nothing copied" "$out" || fail "stale node run, batch node: $(cat "$out")"
+log_since n2 "$off2" | grep -q "stagehand: job ${jobs[-1]} user .*: $dst: 1 copied, $((k - 1)) current of $k nodes" ||
+    fail "stale node run, n2: $(log_since n2 "$off2" | grep stagehand)"
 assert_staged_everywhere "$img" "$dst"
 assert_no_temp_files "$dst"
 wait_nodes_idle || fail "nodes not idle"

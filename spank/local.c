@@ -1,0 +1,247 @@
+/* stagehand.so, job-script context: the job prolog's local check.
+ *
+ * A node whose copy of every image is current has nothing to wait for: the
+ * agents' collective decision (DESIGN.md §2 steps 3-5) only matters to the
+ * nodes that need a copy. Waiting for it made every node's prolog, and so
+ * the job's start, wait for the last node's slurmstepd and agent (bench:
+ * the no-op at N=8). Here a child forked as the job user checks, with the
+ * agent's own functions (stagehand/local.h), that SRC as this node sees it
+ * matches DST's recorded metadata, that DST's directory is not on a shared
+ * filesystem, and records the job's claim on DST and looks for conflicting
+ * claims. When every image passes, the prolog records success and ends;
+ * the agent still runs, detached, for the other nodes' sake (prolog.c). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "stagehand/local.h"
+#include "stagehand/status.h"
+
+/* A check that takes longer (a hung network filesystem) is abandoned and the
+ * agent decides as before. */
+#define LOCAL_CHECK_TIMEOUT_MS 5000
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Child: write why the check failed to @fd and exit 1. */
+static void __attribute__((noreturn, format(printf, 2, 3))) child_fail(int fd, const char *fmt,
+                                                                       ...)
+{
+    char why[1024];
+    va_list ap;
+    int n;
+
+    va_start(ap, fmt);
+    n = vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        (void)!write(fd, why, (size_t)n < sizeof(why) ? (size_t)n : sizeof(why) - 1);
+    _exit(1);
+}
+
+/* Child, as the job user: every image current and claimed, or exit 1 with
+ * the reason on @fd. */
+static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
+                                                  const struct sh_stage_job *job,
+                                                  const struct sh_spec_set *set,
+                                                  const char *rundir, const gid_t *groups,
+                                                  int ngroups, int fd)
+{
+    if (setgroups((size_t)ngroups, groups) != 0 || setgid(job->gid) != 0 ||
+        setuid(job->uid) != 0)
+        child_fail(fd, "cannot become %s (uid %u): %s", job->user, (unsigned)job->uid,
+                   strerror(errno));
+    if (getuid() != job->uid || geteuid() != job->uid || getegid() != job->gid ||
+        (job->uid != 0 && setuid(0) == 0))
+        child_fail(fd, "privilege drop to uid %u did not take", (unsigned)job->uid);
+    for (size_t i = 0; i < sh_spec_set_count(set); i++) {
+        const char *src = sh_spec_set_src(set, i), *dst = sh_spec_set_dst(set, i);
+        char dir[PATH_MAX], why[1024], claim[2 * PATH_MAX + 128], who[32], their[PATH_MAX];
+        struct sh_src_id id;
+        struct statfs fs;
+        const char *fsname;
+        int n;
+
+        sh_nearest_dir(dst, dir, sizeof(dir));
+        if (statfs(dir, &fs) != 0)
+            child_fail(fd, "%s: statfs %s: %s", dst, dir, strerror(errno));
+        fsname = sh_shared_fs_name((long)fs.f_type);
+        if (fsname != NULL)
+            child_fail(fd, "%s: %s is on a %s filesystem", dst, dir, fsname);
+        if (sh_src_probe(src, &id, why, sizeof(why)) != 0)
+            child_fail(fd, "%s", why);
+        if (sh_dest_vote(cfg, job->uid, dst, &id, why, sizeof(why)) != SH_VOTE_CURRENT)
+            child_fail(fd, "%s: %s", dst, why);
+        n = sh_claim_text(dst, &id, claim, sizeof(claim));
+        if (n < 0 || sh_claim_write(rundir, i, claim, n) != 0)
+            child_fail(fd, "%s: cannot record its use in %s: %s", dst, rundir,
+                       strerror(errno));
+        if (sh_claim_conflict(SH_RUNTIME_DIR, job->jobid, dst, claim, who, sizeof(who), their,
+                              sizeof(their)))
+            child_fail(fd, "%s: in use by job %s with other content", dst, who);
+    }
+    _exit(0);
+}
+
+/* The job user's groups (getgrouplist(3), through NSS): looked up in the
+ * parent, so the forked child only makes system calls to take them. Returns
+ * a malloc'ed array and its length in *@n, or NULL. */
+static gid_t *user_groups(const char *user, gid_t gid, int *n)
+{
+    int want = 64;
+
+    for (int tries = 0; tries < 4; tries++) {
+        gid_t *groups = malloc(sizeof(*groups) * (size_t)want);
+        int got = want;
+
+        if (groups == NULL)
+            return NULL;
+        if (getgrouplist(user, gid, groups, &got) >= 0) {
+            *n = got;
+            return groups;
+        }
+        free(groups);
+        if (got <= want)
+            return NULL;
+        want = got;
+    }
+    return NULL;
+}
+
+/* Create the job's runtime directory (SH_RUNTIME_DIR/<jobid>, the job
+ * user's, 0700; the agent creates it too) and put its path in @out. */
+static int make_rundir(const struct sh_stage_job *job, char *out, size_t len)
+{
+    char name[64];
+    int rfd, jfd;
+
+    if (sh_rundir_name(job->jobid, job->stepid, name, sizeof(name)) != 0)
+        return -1;
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return -1;
+    jfd = sh_make_owned_dir(rfd, name, job->uid, job->gid, 0700);
+    close(rfd);
+    if (jfd < 0)
+        return -1;
+    close(jfd);
+    snprintf(out, len, "%s/%s", SH_RUNTIME_DIR, name);
+    return 0;
+}
+
+bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
+                      struct sh_status *st)
+{
+    char rundir[128], why[1024], err[256];
+    struct sh_spec_set *set;
+    gid_t *groups = NULL;
+    int ngroups = 0, p[2] = { -1, -1 }, wstatus = 0;
+    int64_t t0 = mono_ns(), deadline = t0 + LOCAL_CHECK_TIMEOUT_MS * 1000000LL;
+    size_t got = 0;
+    bool current = false;
+    pid_t pid;
+
+    /* The job prolog only: a job step's slurmstepd on a node whose tasks end
+     * first would end the detached agent with the step, while other nodes
+     * still need it. Content checks are the engine's. */
+    if (job->stepid >= 0 || (cfg->check != SH_CHECK_META && cfg->check != SH_CHECK_SIZE))
+        return false;
+    set = sh_spec_set_deserialize(job->spec, err, sizeof(err));
+    if (set == NULL)
+        return false;
+    why[0] = '\0';
+    if (make_rundir(job, rundir, sizeof(rundir)) != 0) {
+        snprintf(why, sizeof(why), "runtime directory: %s", strerror(errno));
+        goto out;
+    }
+    groups = user_groups(job->user, job->gid, &ngroups);
+    if (groups == NULL) {
+        snprintf(why, sizeof(why), "cannot list the groups of %s", job->user);
+        goto out;
+    }
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        snprintf(why, sizeof(why), "pipe: %s", strerror(errno));
+        goto out;
+    }
+    pid = fork();
+    if (pid < 0) {
+        snprintf(why, sizeof(why), "fork: %s", strerror(errno));
+        goto out;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        check_child(cfg, job, set, rundir, groups, ngroups, p[1]);
+    }
+    close(p[1]);
+    p[1] = -1;
+    /* The child's reason, until it exits (EOF) or the check times out. */
+    for (;;) {
+        int64_t left = deadline - mono_ns();
+        struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+        ssize_t n;
+
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            snprintf(why, sizeof(why), "no answer within %d ms", LOCAL_CHECK_TIMEOUT_MS);
+            waitpid(pid, &wstatus, WNOHANG);
+            goto out;
+        }
+        if (poll(&pfd, 1, (int)(left / 1000000 + 1)) <= 0)
+            continue;
+        n = read(p[0], why + got, sizeof(why) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == sizeof(why) - 1)
+            break;
+    }
+    why[got] = '\0';
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+        ;
+    current = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    if (current) {
+        double secs = (double)(mono_ns() - t0) / 1e9;
+
+        for (size_t i = 0; i < sh_spec_set_count(set); i++) {
+            char line[SH_STATUS_LINE_MAX];
+
+            snprintf(line, sizeof(line), "%.3000s: current on %.200s, nothing copied (%.3f s)",
+                     sh_spec_set_dst(set, i), job->nodename, secs);
+            sh_status_add_summary(st, line);
+        }
+    } else if (why[0] == '\0') {
+        snprintf(why, sizeof(why), "the check ended with status %d", wstatus);
+    }
+out:
+    if (!current)
+        slurm_debug("stagehand: job %u: not current on this node, the agents decide: %s",
+                    job->jobid, why);
+    for (int i = 0; i < 2; i++)
+        if (p[i] >= 0)
+            close(p[i]);
+    free(groups);
+    sh_spec_set_free(set);
+    return current;
+}

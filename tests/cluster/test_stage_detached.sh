@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 5 (the no-op at job start): a node whose copy is current ends its
+# prolog after its own check and leaves its agent running, detached, for the
+# nodes that need a copy. Here n1 (the batch node and the reader) is current
+# and n2, n3 are not: (a) the batch script starts while n2 and n3 are still
+# receiving, its srun waits for them, and every node ends with SRC's bytes;
+# (b) a job whose script ends at once ends n1's detached agent in the epilog
+# while it still serves the others: no agent or engine of the job is left on
+# any node, no temp file, no runtime state, no node drained, and the next
+# job stages everywhere.
+# shellcheck source=tests/cluster/lib.sh disable=SC2016
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+[ "$k" -ge 3 ] || skip "needs 3 nodes"
+tok=tdet$$
+tag=stage-detached.$$
+dst=/nvme/$tok/img
+src=/shared/$tok.img
+out=/shared/$tok.out
+cleanup() {
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    rm -f "$src" "$out"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+}
+trap cleanup EXIT
+# Mostly a hole: cheap to create, seconds to stage (512 MiB).
+make_slow_source "$src" 512 || fail "cannot create $src"
+want=$(md5sum "$src" | cut -d' ' -f1)
+
+stage_n1() { # make n1's copy current, and only n1's
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+    as_user sbatch --parsable --wait -J "$tag" -N1 -w n1 -o "$out" --stage-image="$src:$dst" \
+        --wrap true >/dev/null || fail "staging to n1: $(cat "$out")"
+    [ "$(node_md5 n1 "$dst")" = "$want" ] || fail "n1's copy differs"
+}
+
+# (a) the script starts on n1 while n2 and n3 receive; its srun waits
+stage_n1
+off2=$(log_offset n2)
+id=$(as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-verbose \
+        --stage-image="$src:$dst" \
+        --wrap 'echo script-start $(date +%s.%N); srun -N'"$k"' sh -c "md5sum \$STAGEHAND_IMAGE | cut -d\" \" -f1"') ||
+    fail "sbatch (a): $(cat "$out")"
+grep -q "^stagehand: $dst: current on n1, nothing copied" "$out" || fail "(a) n1 was not current: $(cat "$out")"
+[ "$(grep -cx "$want" "$out")" -eq "$k" ] || fail "(a) a step saw other bytes: $(cat "$out")"
+log_since n2 "$off2" | grep -q "stagehand: job $id user .*: $dst: $((k - 1)) copied, 1 current of $k nodes" ||
+    fail "(a) n2's staging: $(log_since n2 "$off2" | grep stagehand)"
+start=$(sed -n 's/^script-start //p' "$out")
+done2=$(log_since n2 "$off2" | grep -a "stagehand: job $id user .*copied" | sed -n 's/^\[\([^]]*\)\].*/\1/p' | head -1)
+{ [ -n "$start" ] && [ -n "$done2" ]; } || fail "(a) no times: script $start, n2 $done2"
+python3 - "$start" "$done2" <<'EOF' || fail "(a) the script did not start before n2 had its copy"
+import sys, datetime
+start = float(sys.argv[1])
+done = datetime.datetime.fromisoformat(sys.argv[2]).timestamp()
+print(f"(a) the batch script started {done - start:.2f} s before n2 had its copy")
+sys.exit(0 if start < done else 1)
+EOF
+for n in $MINICLUSTER_NODES; do [ "$(node_md5 "$n" "$dst")" = "$want" ] || fail "(a) $n's copy differs"; done
+assert_runtime_gone "$id"
+echo "ok: (a) the job started on n1 while n2..n$k received from n1's detached agent"
+
+# (b) the script ends at once: n1's epilog stops its agent mid-broadcast
+stage_n1
+off1=$(log_offset n1)
+id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+        --wrap 'echo script-ran') || fail "sbatch (b)"
+st=$(wait_job_end "$id" 120)
+[ "$st" = COMPLETED ] || fail "(b) job $id ended $st: $(cat "$out")"
+grep -q script-ran "$out" || fail "(b) the script did not run: $(cat "$out")"
+log_since n1 "$off1" | grep -q "stagehand: epilog: job $id: stopping agent [0-9]*, still serving other nodes" ||
+    fail "(b) n1's epilog did not stop the agent: $(log_since n1 "$off1" | grep stagehand)"
+left=""
+for _ in $(seq 1 150); do
+    left=""
+    for n in $MINICLUSTER_NODES; do
+        p=$(node_pids "$n" "stagehand-(agent|bcast)" | tr '\n' ' ')
+        [ -z "$p" ] || left="$left $n:$p"
+    done
+    [ -z "$left" ] && break
+    sleep 0.2
+done
+[ -z "$left" ] || fail "(b) processes of job $id left: $left"
+[ "$(node_md5 n1 "$dst")" = "$want" ] || fail "(b) n1's copy changed"
+[ -z "$(temp_files_in "/nvme/$tok")" ] || fail "(b) temp files left: $(temp_files_in "/nvme/$tok")"
+assert_runtime_gone "$id"
+assert_no_drain
+echo "ok: (b) the epilog stopped n1's detached agent; nothing left, no node drained"
+
+# (its script waits for every node: a job that ends first ends the staging)
+id=$(as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+        --wrap 'srun -N'"$k"' true') || fail "the next job: $(cat "$out")"
+for n in $MINICLUSTER_NODES; do
+    [ "$(node_md5 "$n" "$dst")" = "$want" ] || fail "$n's copy differs or is missing"
+done
+assert_no_drain
+echo "ok: the next job staged everywhere"

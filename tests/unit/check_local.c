@@ -1,0 +1,278 @@
+/* This node's part of a staging decision (core/common/local.c): the source
+ * probe and its wire form, DST's vote from its recorded metadata, the
+ * runtime directory's name, and claims of other jobs on a DST (the new-user
+ * trial's two versions of one image; the plugin's local check uses these). */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stagehand/config.h"
+#include "stagehand/io.h"
+#include "stagehand/local.h"
+#include "stagehand/meta.h"
+
+#include "check_main.h"
+
+static char root[64];
+
+static void setup(void)
+{
+    snprintf(root, sizeof(root), "/tmp/check_local.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(root));
+}
+
+static void teardown(void)
+{
+    char cmd[PATH_MAX + 16];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    ck_assert_ptr_nonnull(f);
+    fputs(text, f);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* A config whose allowed destination root is @dir, with check mode @check. */
+static void config_for(struct sh_config *cfg, const char *dir, const char *check)
+{
+    char allowed[PATH_MAX + 32], chk[64], err[256];
+    const char *argv[] = { allowed, chk };
+
+    snprintf(allowed, sizeof(allowed), "allowed_dest=%s", dir);
+    snprintf(chk, sizeof(chk), "check=%s", check);
+    ck_assert_msg(sh_config_parse(cfg, 2, argv, err, sizeof(err)) == 0, "%s", err);
+}
+
+/* Record @dst as a verified copy of @id (the sidecar form: the test's
+ * filesystem may have no user xattrs), as the engine does after publish. */
+static void record_copy(const char *dir, const char *name, const struct sh_src_id *id)
+{
+    struct sh_meta m;
+    struct stat sb;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+
+    ck_assert_int_ge(dfd, 0);
+    ck_assert_int_eq(fstatat(dfd, name, &sb, 0), 0);
+    memset(&m, 0, sizeof(m));
+    m.version = SH_META_VERSION;
+    m.src = *id;
+    m.algo = SH_HASH_XXH3;
+    m.dst_size = (uint64_t)sb.st_size;
+    m.dst_mtime = sh_ts_from(&sb.st_mtim);
+    ck_assert_int_eq(sh_meta_store_sidecar(sh_io_default(), dfd, name, "7", "n1", &m), 0);
+    close(dfd);
+}
+
+START_TEST(rundir_names)
+{
+    char out[32];
+
+    ck_assert_int_eq(sh_rundir_name(42, -1, out, sizeof(out)), 0);
+    ck_assert_str_eq(out, "42");
+    ck_assert_int_eq(sh_rundir_name(42, 3, out, sizeof(out)), 0);
+    ck_assert_str_eq(out, "42.3");
+    errno = 0;
+    ck_assert_int_eq(sh_rundir_name(4242424242ULL, 7, out, 6), -1);
+    ck_assert_int_eq(errno, ENAMETOOLONG);
+}
+END_TEST
+
+START_TEST(source_probe_and_wire_form)
+{
+    char src[PATH_MAX], err[512], buf[512];
+    struct sh_src_id id, back;
+    int n;
+
+    snprintf(src, sizeof(src), "%s/missing.sqsh", root);
+    ck_assert_int_eq(sh_src_probe(src, &id, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, src));
+    ck_assert_ptr_nonnull(strstr(err, "No such file"));
+    ck_assert_int_eq(sh_src_probe(root, &id, err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "is not a regular file"));
+
+    snprintf(src, sizeof(src), "%s/image.sqsh", root);
+    write_file(src, "0123456789");
+    ck_assert_int_eq(sh_src_probe(src, &id, err, sizeof(err)), 0);
+    ck_assert_uint_eq(id.size, 10);
+    ck_assert_str_eq(id.path, src);
+
+    n = sh_src_encode(buf, sizeof(buf), 1, &id, NULL);
+    ck_assert_int_gt(n, 3);
+    ck_assert_int_eq(sh_src_decode((const unsigned char *)buf, (uint32_t)n, src, &back, err,
+                                   sizeof(err)), 0);
+    ck_assert_uint_eq(back.size, id.size);
+    ck_assert_int_eq(back.mtime.sec, id.mtime.sec);
+    ck_assert_uint_eq(back.mtime.nsec, id.mtime.nsec);
+    ck_assert_uint_eq(back.ctime.nsec, id.ctime.nsec);
+    ck_assert_str_eq(back.path, src);
+
+    /* the leader's error travels as text and comes back as the error */
+    n = sh_src_encode(buf, sizeof(buf), 0, NULL, "source /x: Permission denied");
+    ck_assert_int_eq(sh_src_decode((const unsigned char *)buf, (uint32_t)n, src, &back, err,
+                                   sizeof(err)), -1);
+    ck_assert_str_eq(err, "source /x: Permission denied");
+    ck_assert_int_eq(sh_src_decode((const unsigned char *)"ok 1 2", 6, src, &back, err,
+                                   sizeof(err)), -1);
+    ck_assert_str_eq(err, "malformed source record from the leader");
+}
+END_TEST
+
+START_TEST(vote_from_recorded_metadata)
+{
+    char src[PATH_MAX], dst[PATH_MAX], why[1024], err[512];
+    struct sh_config cfg;
+    struct sh_src_id id, other;
+
+    config_for(&cfg, root, "meta");
+    snprintf(src, sizeof(src), "%s/src.sqsh", root);
+    snprintf(dst, sizeof(dst), "%s/img.sqsh", root);
+    write_file(src, "image-v1");
+    ck_assert_int_eq(sh_src_probe(src, &id, err, sizeof(err)), 0);
+
+    /* no DST yet */
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    ck_assert_str_eq(why, "needs a copy");
+    /* a DST without a record: not trusted */
+    write_file(dst, "image-v1");
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    /* a recorded copy of this very source */
+    record_copy(root, "img.sqsh", &id);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)),
+                     SH_VOTE_CURRENT);
+    ck_assert_str_eq(why, "current");
+    /* the source changed since (another ctime): needs a copy */
+    other = id;
+    other.ctime.nsec = (other.ctime.nsec + 1) % 1000000000U;
+    other.ctime.sec++;
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &other, why, sizeof(why)),
+                     SH_VOTE_NEED);
+    /* DST owned by another user: never trusted (root is only allowed) */
+    if (getuid() == 0) {
+        ck_assert_int_eq(chown(dst, 4242, 4242), 0);
+        ck_assert_int_eq(sh_dest_vote(&cfg, 0, dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+        ck_assert_int_eq(chown(dst, 0, 0), 0);
+    }
+    /* check=content and check=never leave the decision to the engine */
+    config_for(&cfg, root, "content");
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    config_for(&cfg, root, "never");
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+
+    /* DST's place: a directory, or a path outside the allowed root */
+    config_for(&cfg, root, "meta");
+    snprintf(dst, sizeof(dst), "%s/adir", root);
+    ck_assert_int_eq(mkdir(dst, 0700), 0);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_ERROR);
+    ck_assert_ptr_nonnull(strstr(why, "is a directory"));
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), "/etc/img.sqsh", &id, why, sizeof(why)),
+                     SH_VOTE_ERROR);
+    ck_assert_ptr_nonnull(strstr(why, "is not under an allowed directory"));
+}
+END_TEST
+
+START_TEST(claims_of_other_jobs)
+{
+    char rt[PATH_MAX], dir[PATH_MAX + 16], claim[2 * PATH_MAX + 128], mine[2 * PATH_MAX + 128];
+    char who[32], their[PATH_MAX];
+    struct sh_src_id v1, v2;
+    int n;
+
+    memset(&v1, 0, sizeof(v1));
+    snprintf(v1.path, sizeof(v1.path), "/shared/app-v1.sqsh");
+    v1.size = 100;
+    v1.ctime.sec = 1000;
+    v2 = v1;
+    snprintf(v2.path, sizeof(v2.path), "/shared/app-v2.sqsh");
+
+    snprintf(rt, sizeof(rt), "%s/run", root);
+    ck_assert_int_eq(mkdir(rt, 0755), 0);
+    /* job 10 holds /nvme/app.sqsh from v1 */
+    snprintf(dir, sizeof(dir), "%s/10", rt);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    n = sh_claim_text("/nvme/app.sqsh", &v1, claim, sizeof(claim));
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(sh_claim_write(dir, 0, claim, n), 0);
+    ck_assert_int_eq(access(dir, F_OK), 0);
+
+    /* job 11 with v2 to the same DST: conflict, naming job 10 and v1 */
+    n = sh_claim_text("/nvme/app.sqsh", &v2, mine, sizeof(mine));
+    ck_assert_int_gt(n, 0);
+    ck_assert(sh_claim_conflict(rt, 11, "/nvme/app.sqsh", mine, who, sizeof(who), their,
+                                sizeof(their)));
+    ck_assert_str_eq(who, "10");
+    ck_assert_str_eq(their, "/shared/app-v1.sqsh");
+    /* the same content, another DST, or job 10 itself (its steps): none */
+    ck_assert(!sh_claim_conflict(rt, 11, "/nvme/app.sqsh", claim, who, sizeof(who), their,
+                                 sizeof(their)));
+    n = sh_claim_text("/nvme/other.sqsh", &v2, mine, sizeof(mine));
+    ck_assert(!sh_claim_conflict(rt, 11, "/nvme/other.sqsh", mine, who, sizeof(who), their,
+                                 sizeof(their)));
+    n = sh_claim_text("/nvme/app.sqsh", &v2, mine, sizeof(mine));
+    ck_assert(!sh_claim_conflict(rt, 10, "/nvme/app.sqsh", mine, who, sizeof(who), their,
+                                 sizeof(their)));
+    /* a step's runtime directory "10.2" counts as job 10's */
+    sh_claim_remove(dir, 0);
+    snprintf(dir, sizeof(dir), "%s/10.2", rt);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    ck_assert_int_eq(sh_claim_write(dir, 1, claim, (int)strlen(claim)), 0);
+    ck_assert(sh_claim_conflict(rt, 11, "/nvme/app.sqsh", mine, who, sizeof(who), their,
+                                sizeof(their)));
+    ck_assert_str_eq(who, "10");
+    /* once removed, nothing conflicts */
+    sh_claim_remove(dir, 1);
+    ck_assert(!sh_claim_conflict(rt, 11, "/nvme/app.sqsh", mine, who, sizeof(who), their,
+                                 sizeof(their)));
+    /* a claim cannot be written where there is no runtime directory */
+    snprintf(dir, sizeof(dir), "%s/99", rt);
+    ck_assert_int_eq(sh_claim_write(dir, 0, claim, (int)strlen(claim)), -1);
+    ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+START_TEST(nearest_existing_dir)
+{
+    char dst[PATH_MAX], out[PATH_MAX];
+
+    snprintf(dst, sizeof(dst), "%s/a/b/img.sqsh", root);
+    sh_nearest_dir(dst, out, sizeof(out));
+    ck_assert_str_eq(out, root);
+    sh_nearest_dir("/img.sqsh", out, sizeof(out));
+    ck_assert_str_eq(out, "/");
+    ck_assert_ptr_nonnull(sh_shared_fs_name(0x6969));   /* NFS */
+    ck_assert_ptr_null(sh_shared_fs_name(0x01021994));  /* tmpfs */
+}
+END_TEST
+
+static Suite *local_suite(void)
+{
+    Suite *s = suite_create("local");
+    TCase *tc = tcase_create("local");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, rundir_names);
+    tcase_add_test(tc, source_probe_and_wire_form);
+    tcase_add_test(tc, vote_from_recorded_metadata);
+    tcase_add_test(tc, claims_of_other_jobs);
+    tcase_add_test(tc, nearest_existing_dir);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return sh_check_run(local_suite());
+}
