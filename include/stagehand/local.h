@@ -22,9 +22,10 @@
  * filesystem other nodes see too (F01/F02). */
 enum sh_vote { SH_VOTE_CURRENT = 0, SH_VOTE_NEED = 1, SH_VOTE_ERROR = 2, SH_VOTE_SHARED = 3 };
 
-/* Fill @id with the source @src as the caller sees it now (open(2) and
- * fstat(2), so the caller's permissions apply). Returns 0, or -1 with the
- * user's error naming @src in @err (ENOENT, EACCES, not a regular file). */
+/* Fill @id with the source @src as the caller sees it now (stat(2), then
+ * access(2) R_OK with the caller's real ids: the caller must be able to read
+ * it). Returns 0, or -1 with the user's error naming @src in @err (ENOENT,
+ * EACCES, not a regular file). */
 int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen);
 
 /* Encode the leader's answer about the source into @buf (@len bytes): "ok
