@@ -30,6 +30,7 @@
 
 #include "internal.h"
 #include "stagehand/agentio.h"
+#include "stagehand/io.h"
 #include "stagehand/kv.h"
 #include "stagehand/rmtree.h"
 #include "stagehand/status.h"
@@ -198,12 +199,12 @@ static int above_stdio(int fd)
 
 /* Start @agent ("stagehand-agent --prolog") in a new session with @in_fd as
  * its stdin and @out_fd as its stdout (/dev/null when < 0: a detached agent),
- * stderr left to slurmd (or /dev/null when closed), no other descriptor, SIGPIPE at its default and PATH as its
- * whole environment. posix_spawn(3), which glibc implements with
- * clone(CLONE_VM|CLONE_VFORK): unlike fork(2) it does not copy slurmstepd's
- * page tables or make the next writes on both sides copy-on-write faults
- * (on the test VM, where every page fault is a hypervisor exit, fork took
- * 1.2-1.9 ms and vfork 0.3 ms). Returns 0 and sets *@pid, or an errno value
+ * stderr left to slurmd (or /dev/null when closed), no other descriptor,
+ * SIGPIPE at its default and PATH as its whole environment. posix_spawn(3),
+ * which glibc implements with clone(CLONE_VM|CLONE_VFORK): unlike fork(2) it
+ * does not copy slurmstepd's page tables or make the next writes on both
+ * sides copy-on-write faults (on the test VM, where every page fault is a
+ * hypervisor exit, fork took 1.2-1.9 ms and vfork 0.3 ms). Returns 0 and sets *@pid, or an errno value
  * (an exec failure such as ENOENT comes back here, not as an exit status). */
 static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
 {
@@ -271,24 +272,17 @@ static void fill_images(struct sh_status *st, const char *spec)
 }
 
 /* The start time of process @pid in clock ticks since boot (proc(5),
- * /proc/<pid>/stat field 22), or 0 when it is gone (or a zombie). With the pid it names one
- * process: a pid alone could be reused by the time the epilog runs. */
+ * /proc/<pid>/stat field 22), or 0 when it is gone or a zombie. With the pid
+ * it names one process: a pid alone could be reused by the time the epilog
+ * runs. */
 static unsigned long long proc_starttime(pid_t pid)
 {
     char path[64], buf[1024], *p;
     unsigned long long start = 0;
-    ssize_t n;
-    int fd;
 
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (sh_read_small_at(AT_FDCWD, path, buf, sizeof(buf)) <= 0)
         return 0;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
     p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
     if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X')
         return 0; /* an exited process that is not reaped yet is gone too */
@@ -323,16 +317,10 @@ static void stop_detached(int rfd, uint32_t jobid, const char *name)
 {
     char text[64];
     unsigned long long start = 0;
-    int pid = 0, fd = openat(rfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    ssize_t n;
+    int pid = 0;
 
-    if (fd < 0)
+    if (sh_read_small_at(rfd, name, text, sizeof(text)) <= 0)
         return;
-    n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    text[n] = '\0';
     if (sscanf(text, "%d %llu", &pid, &start) != 2 || pid <= 1 || start == 0 ||
         proc_starttime((pid_t)pid) != start)
         return;

@@ -284,7 +284,7 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
         next = strtok_r(NULL, "/", &save);
         last = next == NULL;
         nfd = sh_make_owned_dir(fd, comp, last ? a->in.uid : 0,
-                             last ? a->in.gid : 0, last ? 0700 : 0755);
+                                last ? a->in.gid : 0, last ? 0700 : 0755);
         if (nfd < 0) {
             snprintf(err, errlen, "default destination %s: component %s: %s", dir,
                      comp, errno == EPERM ? "exists with another owner or is not "

@@ -127,3 +127,19 @@ int sh_io_close_keep_errno(const struct sh_io_ops *io, int fd)
     errno = saved;
     return rc;
 }
+
+ssize_t sh_read_small_at(int dirfd, const char *name, char *buf, size_t len)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    ssize_t n;
+
+    if (fd < 0)
+        return -1;
+    do {
+        n = read(fd, buf, len - 1);
+    } while (n < 0 && errno == EINTR);
+    sh_io_close_keep_errno(NULL, fd);
+    if (n >= 0)
+        buf[n] = '\0';
+    return n;
+}

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "stagehand/io.h"
 #include "stagehand/status.h"
 
 int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len)
@@ -397,18 +398,12 @@ static bool claims_differ(int rfd, const char *jdir, const char *dst, const char
     while (!found && (de = readdir(d)) != NULL) {
         char text[2 * PATH_MAX + 128], *nl;
         ssize_t n;
-        int cfd;
 
         if (strncmp(de->d_name, "claim.", 6) != 0)
             continue;
-        cfd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (cfd < 0)
-            continue;
-        n = read(cfd, text, sizeof(text) - 1);
-        close(cfd);
+        n = sh_read_small_at(dirfd(d), de->d_name, text, sizeof(text));
         if (n <= 0)
             continue;
-        text[n] = '\0';
         nl = strchr(text, '\n');
         if (nl == NULL)
             continue;

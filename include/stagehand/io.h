@@ -54,6 +54,13 @@ int sh_io_pwrite_full(const struct sh_io_ops *io, int fd, const void *buf,
 /* fsync(2) retried on EINTR. Returns 0 or -1 with errno (EIO, ENOSPC, ...). */
 int sh_io_fsync(const struct sh_io_ops *io, int fd);
 
+/* Read a small text file @name under @dirfd (AT_FDCWD: a path) into @buf:
+ * openat(2) with O_NOFOLLOW | O_NONBLOCK, one read(2) of at most @len - 1
+ * bytes (@len > 0), NUL-terminated. For records of a few hundred bytes
+ * (claims, /proc/<pid>/stat, the agent record). Returns the bytes read, or
+ * -1 with errno from openat/read (ENOENT, ELOOP, EACCES, ...). */
+ssize_t sh_read_small_at(int dirfd, const char *name, char *buf, size_t len);
+
 /* close(2) that keeps errno of an earlier failure: returns close's result but
  * restores the caller's errno. Safe with fd < 0 (no-op, returns 0). */
 int sh_io_close_keep_errno(const struct sh_io_ops *io, int fd);

@@ -19,7 +19,8 @@
 #include "stagehand/meta.h"
 
 /* A node's vote for one image. SH_VOTE_SHARED: DST's directory is on a
- * filesystem other nodes see too (F01/F02). */
+ * filesystem other nodes see too (F01/F02); with allow_shared_dst=yes node
+ * 0's copy serves them. */
 enum sh_vote { SH_VOTE_CURRENT = 0, SH_VOTE_NEED = 1, SH_VOTE_ERROR = 2, SH_VOTE_SHARED = 3 };
 
 /* Fill @id with the source @src as the caller sees it now (stat(2), then

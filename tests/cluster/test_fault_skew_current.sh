@@ -15,18 +15,8 @@ read -r _ _ late _ <<<"$MINICLUSTER_NODES"
 [ -n "$late" ] || skip "needs 3 nodes"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 freeze_s=8
-tok=fskewc$$
-tag=fault-skewc.$$
-dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
-cleanup() {
-    "$MINICLUSTER" thaw "$late" 2>/dev/null
-    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -f "$src" "$out"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
-}
-trap cleanup EXIT
+thaw_node=$late
+fault_test_files fskewc fault-skewc
 make_user_file "$src" 8 || fail "cannot create $src"
 want=$(sha256sum "$src" | cut -d' ' -f1)
 

@@ -15,17 +15,7 @@ source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 3 ] || skip "needs 3 nodes"
-tok=tdet$$
-tag=stage-detached.$$
-dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
-cleanup() {
-    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -f "$src" "$out"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
-}
-trap cleanup EXIT
+fault_test_files tdet stage-detached
 # Mostly a hole: cheap to create, seconds to stage (512 MiB).
 make_slow_source "$src" 512 || fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)

@@ -210,6 +210,36 @@ START_TEST(real_ops_roundtrip)
 }
 END_TEST
 
+START_TEST(read_small_file)
+{
+    char dir[] = "/tmp/check_io.XXXXXX", buf[8];
+    int dfd, fd;
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(dfd, 0);
+    fd = openat(dfd, "rec", O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "1234 5678\n", 10), 10);
+    close(fd);
+    /* at most len - 1 bytes, always NUL-terminated */
+    ck_assert_int_eq(sh_read_small_at(dfd, "rec", buf, sizeof(buf)), 7);
+    ck_assert_str_eq(buf, "1234 56");
+    /* a symbolic link is not followed; a missing file is ENOENT */
+    ck_assert_int_eq(symlinkat("rec", dfd, "link"), 0);
+    errno = 0;
+    ck_assert_int_eq(sh_read_small_at(dfd, "link", buf, sizeof(buf)), -1);
+    ck_assert_int_eq(errno, ELOOP);
+    errno = 0;
+    ck_assert_int_eq(sh_read_small_at(dfd, "none", buf, sizeof(buf)), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    unlinkat(dfd, "link", 0);
+    unlinkat(dfd, "rec", 0);
+    close(dfd);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("io");
@@ -224,6 +254,7 @@ int main(void)
     tcase_add_test(tc, write_errors);
     tcase_add_test(tc, fsync_retries_eintr);
     tcase_add_test(tc, real_ops_roundtrip);
+    tcase_add_test(tc, read_small_file);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }
