@@ -227,7 +227,9 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
         for (size_t i = 0; i < sh_spec_set_count(set); i++) {
             char line[SH_STATUS_LINE_MAX];
 
-            snprintf(line, sizeof(line), "%.3000s: current on %.200s, nothing copied (%.3f s)",
+            /* the time last: bench/run.sh reads "(<s> s)" at the end */
+            snprintf(line, sizeof(line), "%.3000s: current on %.200s, nothing copied there; a "
+                     "node that needs a copy gets it before its first step (%.3f s)",
                      sh_spec_set_dst(set, i), job->nodename, secs);
             sh_status_add_summary(st, line);
         }
