@@ -66,7 +66,10 @@ NOOP_ANALYSIS_LOCAL = (
     "whole check takes 11-21 ms. Slurm 22.05's slurmd polls a prolog at 10, 30, 70, 150, "
     "310, 630 ms after its start when PrologEpilogTimeout is set "
     "(run_command_waitpid_timeout), so a prolog that ends a little later than one without "
-    "the option can be noticed up to 160 ms later. Where the check pays is skew: with one "
+    "the option can be noticed up to 160 ms later; but with PrologEpilogTimeout unset, where "
+    "slurmd waits without polling, the no-op added the same (41 ms at N=2, 209 ms at N=8, "
+    "noop-2026-12-02T0916Z.md): on this host the shared cores, not the polling, make the "
+    "difference. Where the check pays is skew: with one "
     "node frozen for 8 s while a job re-stages a current image, the job script started "
     "1.2 s after sbatch, while the build before the local check waited for the frozen node "
     "(tests/cluster/test_fault_skew_current.sh).\n")
@@ -191,6 +194,12 @@ def main():
     if cal.get("rates_given") == "1":
         md.append("| rates | - | given on the command line (`--link`, `--storage`), so the "
                   "calibration did not step them down; the CPU check above still ran |")
+    if cal.get("prolog_epilog_timeout") == "none":
+        md.append("| slurm.conf | - | PrologEpilogTimeout unset (`MINICLUSTER_PROLOG_EPILOG_TIMEOUT=none`): "
+                  "slurmd waits for each prolog without polling it |")
+    elif cal.get("prolog_epilog_timeout"):
+        md.append(f"| slurm.conf | - | PrologEpilogTimeout={cal['prolog_epilog_timeout']}: slurmd "
+                  f"polls each prolog 10, 30, 70, 150, 310, 630 ms after its start, then every second |")
     if cal.get("rate_steps"):
         md.append(f"| rates stepped down | - | {cal['rate_steps']} (the raw chain under 95 % of the "
                   f"link in two samples: the cores, not the link, would have limited) |")

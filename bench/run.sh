@@ -372,6 +372,7 @@ local_write_MBps=$B_write
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 date_start=$(date -u +%Y-%m-%dT%H:%MZ)
 prolog_local_check=1
+prolog_epilog_timeout=${MINICLUSTER_PROLOG_EPILOG_TIMEOUT:-180}
 host_cpus=$(nproc)
 host_exec_ms_start=$probe_exec
 host_fault_us_start=$probe_fault

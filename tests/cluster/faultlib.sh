@@ -126,7 +126,7 @@ unwrap_on_node() { # fails when the program could not be restored (umount)
 # A fault test's names: tok=@1<pid>, its jobs' name tag=@2.<pid>, dst
 # /nvme/$tok/img, src /shared/$tok.img, out /shared/$tok.out; and an exit
 # trap that thaws $thaw_node (when set), cancels the test's jobs and removes
-# src, out and /nvme/$tok on every node.
+# src, out, /shared/$tok.* and /nvme/$tok on every node.
 fault_test_files() {
     # shellcheck disable=SC2034  # used by the sourcing test
     tok=$1$$ tag=$2.$$ dst=/nvme/$1$$/img src=/shared/$1$$.img out=/shared/$1$$.out
@@ -136,6 +136,6 @@ fault_test_cleanup() {
     local j n
     [ -z "${thaw_node:-}" ] || "$MINICLUSTER" thaw "$thaw_node" 2>/dev/null
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -f "$src" "$out"
+    rm -f "$src" "$out" "/shared/$tok".*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }

@@ -6,6 +6,12 @@
 # node's agent), the job's srun on every node runs once the late node is
 # back, every copy is still SRC's, and nothing is drained. Before the local
 # check (issue 5, the no-op) the script waited for the late node.
+# The script's srun waits until the late node's prolog has run: a step launch
+# that reaches a slurmd before the allocation's prolog request makes Slurm
+# 22.05 run the prolog from the launch instead (_rpc_launch_tasks), without
+# the job's stagehand request, and the step fails with "no staging status on
+# this node" (seen once in CI with an srun right after the thaw; stagehand(8),
+# FAILURE POLICY).
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/cluster/faultlib.sh
@@ -24,10 +30,13 @@ as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:
     --wrap 'srun -N'"$k"' true' >/dev/null || fail "first staging: $(cat "$out")"
 assert_staged_everywhere "$src" "$dst"
 
+go=/shared/$tok.go
+off=$(log_offset "$late")
 "$MINICLUSTER" freeze "$late" || fail "cannot freeze $late"
 t0=$(date +%s.%N)
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose --stage-image="$src:$dst" \
-        --wrap 'echo script-start $(date +%s.%N); srun -N'"$k"' sh -c "sha256sum \$STAGEHAND_IMAGE | cut -d\" \" -f1"') ||
+        --wrap 'echo script-start $(date +%s.%N); while [ ! -e '"$go"' ]; do sleep 0.2; done
+srun -N'"$k"' sh -c "sha256sum \$STAGEHAND_IMAGE | cut -d\" \" -f1"') ||
     fail "sbatch: $id"
 start=""
 for _ in $(seq 1 $((freeze_s * 10))); do
@@ -35,7 +44,13 @@ for _ in $(seq 1 $((freeze_s * 10))); do
     [ -n "$start" ] && break
     sleep 0.1
 done
+sleep 1 # still frozen: the script has started without it
 "$MINICLUSTER" thaw "$late" || fail "cannot thaw $late"
+for _ in $(seq 1 100); do
+    log_since "$late" "$off" | grep -aq "stagehand: job $id user .*current on $late" && break
+    sleep 0.2
+done
+touch "$go"
 [ -n "$start" ] || fail "the batch script did not start while $late was frozen for $freeze_s s: $(cat "$out" 2>/dev/null)"
 after=$(python3 -c "print(f'{$start - $t0:.2f}')")
 echo "the batch script started $after s after sbatch, $late frozen for $freeze_s s"
