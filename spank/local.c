@@ -28,20 +28,13 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "stagehand/clock.h"
 #include "stagehand/local.h"
 #include "stagehand/status.h"
 
 /* A check that takes longer (a hung network filesystem) is abandoned and the
  * agent decides as before. */
 #define LOCAL_CHECK_TIMEOUT_MS 5000
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Child: write why the check failed to @fd and exit 1. */
 static void __attribute__((noreturn, format(printf, 2, 3))) child_fail(int fd, const char *fmt,
@@ -128,27 +121,6 @@ static gid_t *user_groups(const char *user, gid_t gid, int *n)
     return NULL;
 }
 
-/* Create the job's runtime directory (SH_RUNTIME_DIR/<jobid>, the job
- * user's, 0700; the agent creates it too) and put its path in @out. */
-static int make_rundir(const struct sh_stage_job *job, char *out, size_t len)
-{
-    char name[64];
-    int rfd, jfd;
-
-    if (sh_rundir_name(job->jobid, job->stepid, name, sizeof(name)) != 0)
-        return -1;
-    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (rfd < 0)
-        return -1;
-    jfd = sh_make_owned_dir(rfd, name, job->uid, job->gid, 0700);
-    close(rfd);
-    if (jfd < 0)
-        return -1;
-    close(jfd);
-    snprintf(out, len, "%s/%s", SH_RUNTIME_DIR, name);
-    return 0;
-}
-
 bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
                       struct sh_status *st)
 {
@@ -156,7 +128,7 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
     struct sh_spec_set *set;
     gid_t *groups = NULL;
     int ngroups = 0, p[2] = { -1, -1 }, wstatus = 0;
-    int64_t t0 = mono_ns(), deadline = t0 + LOCAL_CHECK_TIMEOUT_MS * 1000000LL;
+    int64_t t0 = sh_now_ns(), deadline = t0 + LOCAL_CHECK_TIMEOUT_MS * SH_NS_PER_MS;
     size_t got = 0;
     bool current = false;
     pid_t pid;
@@ -170,7 +142,8 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
     if (set == NULL)
         return false;
     why[0] = '\0';
-    if (make_rundir(job, rundir, sizeof(rundir)) != 0) {
+    if (sh_rundir_make(SH_RUNTIME_DIR, job->jobid, job->stepid, job->uid, job->gid, rundir,
+                       sizeof(rundir)) != 0) {
         snprintf(why, sizeof(why), "runtime directory: %s", strerror(errno));
         goto out;
     }
@@ -196,7 +169,7 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
     p[1] = -1;
     /* The child's reason, until it exits (EOF) or the check times out. */
     for (;;) {
-        int64_t left = deadline - mono_ns();
+        int64_t left = deadline - sh_now_ns();
         struct pollfd pfd = { .fd = p[0], .events = POLLIN };
         ssize_t n;
 
@@ -222,7 +195,7 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
         ;
     current = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
     if (current) {
-        double secs = (double)(mono_ns() - t0) / 1e9;
+        double secs = (double)(sh_now_ns() - t0) / 1e9;
 
         for (size_t i = 0; i < sh_spec_set_count(set); i++) {
             char line[SH_STATUS_LINE_MAX];

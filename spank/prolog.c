@@ -30,6 +30,7 @@
 
 #include "internal.h"
 #include "stagehand/agentio.h"
+#include "stagehand/clock.h"
 #include "stagehand/io.h"
 #include "stagehand/kv.h"
 #include "stagehand/rmtree.h"
@@ -38,14 +39,6 @@
 /* Seconds the agent gets beyond the staging deadline to report and clean up
  * before its process group is killed. */
 #define PROLOG_GRACE_S 10
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Create the root-owned runtime directory /run/stagehand (0755), refusing a
  * symlink or a directory owned by anyone else. */
@@ -142,7 +135,7 @@ static int read_outputs(int fd, int64_t deadline, struct agent_result *res)
     size_t used = 0;
 
     for (;;) {
-        int64_t left = deadline - now_ns();
+        int64_t left = deadline - sh_now_ns();
         struct pollfd pfd = { .fd = fd, .events = POLLIN };
         ssize_t n;
         int pr;
@@ -369,7 +362,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     static struct agent_result res; /* ~0.6 MiB: not on the stack */
     char status_path[512];
     int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
-    int64_t deadline, t_entry = now_ns();
+    int64_t deadline, t_entry = sh_now_ns();
     pid_t pid;
     int wstatus = 0, rc;
 
@@ -434,13 +427,13 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     /* SlurmdDebug=debug: with the agent's own "ready after" line, where a
      * staging's start-up time goes (bench/results: the no-op). */
     slurm_debug("stagehand: job %u: agent %d started %.1f ms after the plugin was called",
-                job->jobid, (int)pid, (double)(now_ns() - t_entry) / 1e6);
+                job->jobid, (int)pid, (double)(sh_now_ns() - t_entry) / 1e6);
     signal(SIGPIPE, SIG_IGN);
     if (write_inputs(in_pipe[1], job, false, ac, av) != 0)
         slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
                     job->jobid, strerror(errno));
 
-    deadline = now_ns() + (int64_t)cfg->timeout_ns + PROLOG_GRACE_S * 1000000000LL;
+    deadline = sh_now_ns() + (int64_t)cfg->timeout_ns + PROLOG_GRACE_S * 1000000000LL;
     if (read_outputs(out_pipe[0], deadline, &res) != 0) {
         kill(-pid, SIGKILL);
         res.have_result = false;

@@ -375,29 +375,14 @@ static bool mpi_env_has(const struct agent *a, const char *key)
 static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;
-    char name[32], dflt[PATH_MAX];
-    int rfd, jfd;
+    char dflt[PATH_MAX];
 
-    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (rfd < 0) {
-        snprintf(err, errlen, "%s: %s", SH_RUNTIME_DIR, strerror(errno));
+    if (sh_rundir_make(SH_RUNTIME_DIR, a->in.jobid,
+                       a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid, a->in.uid,
+                       a->in.gid, a->rundir, sizeof(a->rundir)) != 0) {
+        snprintf(err, errlen, "runtime directory %s: %s", a->rundir, strerror(errno));
         return -1;
     }
-    if (sh_rundir_name(a->in.jobid, a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid,
-                       name, sizeof(name)) != 0) {
-        snprintf(err, errlen, "runtime directory name: %s", strerror(errno));
-        close(rfd);
-        return -1;
-    }
-    jfd = sh_make_owned_dir(rfd, name, a->in.uid, a->in.gid, 0700);
-    close(rfd);
-    if (jfd < 0) {
-        snprintf(err, errlen, "runtime directory %s/%s: %s", SH_RUNTIME_DIR, name,
-                 strerror(errno));
-        return -1;
-    }
-    close(jfd);
-    snprintf(a->rundir, sizeof(a->rundir), "%s/%s", SH_RUNTIME_DIR, name);
 
     /* The per-user default directory, when some image uses it. */
     if (sh_config_default_dir(&a->cfg, a->in.user, dflt, sizeof(dflt)) == 0) {

@@ -57,6 +57,32 @@ int sh_make_owned_dir(int dirfd, const char *name, uid_t uid, gid_t gid, mode_t 
     return fd;
 }
 
+int sh_rundir_make(const char *runtime_dir, uint64_t jobid, long stepid, uid_t uid, gid_t gid,
+                   char *path, size_t len)
+{
+    char name[64];
+    int rfd, jfd, saved;
+
+    if (sh_rundir_name(jobid, stepid, name, sizeof(name)) != 0)
+        return -1;
+    if (snprintf(path, len, "%s/%s", runtime_dir, name) >= (int)len) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    rfd = open(runtime_dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return -1;
+    jfd = sh_make_owned_dir(rfd, name, uid, gid, 0700);
+    saved = errno;
+    close(rfd);
+    if (jfd < 0) {
+        errno = saved;
+        return -1;
+    }
+    close(jfd);
+    return 0;
+}
+
 int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen)
 {
     struct stat sb;

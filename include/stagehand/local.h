@@ -68,6 +68,16 @@ enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *ds
  * Returns 0, or -1 with errno = ENAMETOOLONG. */
 int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len);
 
+/* Create (if missing) and verify a staging's runtime directory under
+ * @runtime_dir (SH_RUNTIME_DIR; its name from sh_rundir_name): the job
+ * user's @uid:@gid, mode 0700, never a symlink (sh_make_owned_dir). Run as
+ * root; the plugin's local check and the agent both call it. Its path goes
+ * to @path (@len bytes) first, also on failure, for the caller's message.
+ * Returns 0, or -1 with errno (ENOENT: no @runtime_dir; EPERM: the name
+ * exists with another owner or type; ENAMETOOLONG). */
+int sh_rundir_make(const char *runtime_dir, uint64_t jobid, long stepid, uid_t uid, gid_t gid,
+                   char *path, size_t len);
+
 /* mkdirat(2) @name in @dirfd with @mode and owner @uid:@gid if missing, then
  * verify it: a directory (never a symlink) owned by @uid, mode @mode. Run as
  * root. Returns an O_DIRECTORY descriptor the caller closes, or -1 with errno

@@ -91,6 +91,33 @@ START_TEST(rundir_names)
 }
 END_TEST
 
+START_TEST(rundir_made_for_the_user)
+{
+    char path[128], rt[128];
+    struct stat sb;
+
+    snprintf(rt, sizeof(rt), "%s/run", root);
+    ck_assert_int_eq(mkdir(rt, 0755), 0);
+    ck_assert_int_eq(sh_rundir_make(rt, 42, -1, getuid(), getgid(), path, sizeof(path)), 0);
+    ck_assert_int_eq(lstat(path, &sb), 0);
+    ck_assert(S_ISDIR(sb.st_mode));
+    ck_assert_uint_eq(sb.st_mode & 07777, 0700);
+    /* again: it exists and is kept */
+    ck_assert_int_eq(sh_rundir_make(rt, 42, -1, getuid(), getgid(), path, sizeof(path)), 0);
+    /* a step's directory; a symlink in its place is refused */
+    ck_assert_int_eq(sh_rundir_make(rt, 42, 3, getuid(), getgid(), path, sizeof(path)), 0);
+    ck_assert(strstr(path, "/run/42.3") != NULL);
+    ck_assert_int_eq(symlink("/tmp", strcat(strcpy(path, rt), "/43")), 0);
+    ck_assert_int_eq(sh_rundir_make(rt, 43, -1, getuid(), getgid(), path, sizeof(path)), -1);
+    /* no runtime directory: ENOENT, and the path for the message */
+    snprintf(rt, sizeof(rt), "%s/none", root);
+    errno = 0;
+    ck_assert_int_eq(sh_rundir_make(rt, 44, -1, getuid(), getgid(), path, sizeof(path)), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert(strstr(path, "/none/44") != NULL);
+}
+END_TEST
+
 START_TEST(source_probe_and_wire_form)
 {
     char src[PATH_MAX], err[512], buf[512];
@@ -264,6 +291,7 @@ static Suite *local_suite(void)
 
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, rundir_names);
+    tcase_add_test(tc, rundir_made_for_the_user);
     tcase_add_test(tc, source_probe_and_wire_form);
     tcase_add_test(tc, vote_from_recorded_metadata);
     tcase_add_test(tc, claims_of_other_jobs);
