@@ -85,6 +85,9 @@ int sh_submit_option(const char *value);
  * -1 after printing "stagehand: --stage-image=<value>: <reason>". */
 int sh_submit_post_opt(spank_t sp);
 
+/* slurm.h's SLURM_BATCH_SCRIPT (the batch step's id); spank.h has no name. */
+#define SH_BATCH_STEP 0xfffffffbU
+
 /* One staging to run on this node: the job prolog's (stepid < 0) or a job
  * step's (prolog.c). The strings belong to the caller. */
 struct sh_stage_job {
@@ -98,6 +101,10 @@ struct sh_stage_job {
     const char *cluster;
     const char *spec;
     const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
+    /* The job's staging (stepid < 0) run at a step's start because no job
+     * prolog ran on this node (sh_step_stage_run): the step waits for the
+     * agents' collective outcome; never detached, never drains. */
+    bool missed_prolog;
 };
 
 /* Job prolog (local.c): is every image of @job current on this node, for
@@ -121,7 +128,12 @@ int sh_epilog_run(spank_t sp, int ac, char **av);
 int sh_remote_user_init(spank_t sp);
 
 /* Remote context, init_post_opt (root, before the step's tasks): stage the
- * images given on an srun inside an existing job (prolog.c). */
+ * images given on an srun inside an existing job; or, for a job that asked
+ * for staging and has no staging status on this node because no job prolog
+ * ran here before this step (Slurm before 23.02.2 starts a step that reaches
+ * slurmd before the allocation's prolog request without any prolog, bug
+ * 16093), run the job's staging now (prolog.c). Returns 0: the outcome is in
+ * the status file that user_init reads. */
 int sh_step_stage_run(spank_t sp, int ac, char **av);
 int sh_remote_task_init(spank_t sp);
 

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -354,6 +355,36 @@ static void start_detached(const struct sh_config *cfg, const struct sh_stage_jo
     record_detached(job, pid);
 }
 
+/* The job's staging runs once on a node: in the job prolog, or at the start
+ * of the first step when no prolog ran (sh_step_stage_run), and a second
+ * step that starts meanwhile waits for it. Take the job's lock,
+ * /run/stagehand/<jobid>.lock (flock(2), blocking: the holder is bounded by
+ * its deadline), and set *@done when the job's status is already written.
+ * Returns the lock's descriptor, or -1 (errno) without a lock: the caller
+ * goes on, logged. */
+static int lock_job_staging(uint32_t jobid, const char *status_path, bool *done)
+{
+    char path[64];
+    int fd;
+
+    *done = false;
+    snprintf(path, sizeof(path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, LOCK_EX) != 0) {
+        if (errno != EINTR) {
+            int e = errno;
+
+            close(fd);
+            errno = e;
+            return -1;
+        }
+    }
+    *done = access(status_path, F_OK) == 0;
+    return fd;
+}
+
 /* Run the agent for @job and record its outcome in the status file. Returns
  * -1 only for a node fault under on_node_fault=drain (job prolog only). */
 static int run_staging(const struct sh_stage_job *job, int ac, char **av)
@@ -364,7 +395,8 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     int in_pipe[2] = { -1, -1 }, out_pipe[2] = { -1, -1 };
     int64_t deadline, t_entry = sh_now_ns();
     pid_t pid;
-    int wstatus = 0, rc;
+    int wstatus = 0, rc, lock_fd = -1;
+    bool done = false, prolog = job->stepid < 0 && !job->missed_prolog;
 
     /* Not memset: see sh_status_clear(). */
     res.have_result = res.ok = res.node_fault = false;
@@ -375,11 +407,23 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     if (ensure_runtime_dir() != 0) {
         slurm_error("stagehand: job %u: runtime directory %s: %s", job->jobid,
                     SH_RUNTIME_DIR, strerror(errno));
-        return sh_plugin.config.on_node_fault == SH_FAULT_DRAIN && job->stepid < 0 ? -1 : 0;
+        return sh_plugin.config.on_node_fault == SH_FAULT_DRAIN && prolog ? -1 : 0;
     }
     if (sh_status_path(SH_RUNTIME_DIR, job->jobid, job->stepid, status_path,
                        sizeof(status_path)) != 0)
         return 0;
+    if (job->stepid < 0) {
+        lock_fd = lock_job_staging(job->jobid, status_path, &done);
+        if (lock_fd < 0)
+            slurm_error("stagehand: job %u: cannot lock %s/%u.lock: %s (staging goes on "
+                        "unlocked)", job->jobid, SH_RUNTIME_DIR, job->jobid,
+                        strerror(errno));
+        if (done) {
+            slurm_debug("stagehand: job %u: staged on this node already", job->jobid);
+            close(lock_fd);
+            return 0;
+        }
+    }
 
     cfg = sh_plugin_load_config(ac, av);
     if (cfg == NULL) {
@@ -399,7 +443,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
         goto record;
     }
     /* The job prolog on a node whose copies are current: done here. */
-    if (job->stepid < 0 && sh_local_current(cfg, job, &res.status)) {
+    if (prolog && sh_local_current(cfg, job, &res.status)) {
         start_detached(cfg, job, ac, av);
         res.have_result = res.ok = true;
         goto record;
@@ -473,6 +517,8 @@ record:
     if (sh_status_write(status_path, &res.status) != 0)
         slurm_error("stagehand: job %u: cannot write %s: %s", job->jobid,
                     status_path, strerror(errno));
+    if (lock_fd >= 0)
+        close(lock_fd);
     if (res.status.ok) {
         for (size_t i = 0; i < res.status.n_summaries; i++)
             slurm_info("stagehand: job %u user %s: %s", job->jobid, job->user,
@@ -481,8 +527,7 @@ record:
     }
     slurm_error("stagehand: job %u user %s: staging failed on %s: %s", job->jobid,
                 job->user, res.status.node, res.message);
-    if (job->stepid < 0 && res.node_fault && cfg != NULL &&
-        cfg->on_node_fault == SH_FAULT_DRAIN)
+    if (prolog && res.node_fault && cfg != NULL && cfg->on_node_fault == SH_FAULT_DRAIN)
         return -1;
     return 0;
 }
@@ -510,44 +555,96 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     return run_staging(&job, ac, av);
 }
 
-int sh_step_stage_run(spank_t sp, int ac, char **av)
+/* Fill @job for a staging that runs in a step's slurmstepd: the job's user,
+ * cluster, this node's name and the node list named by @nodelist_env, into
+ * static buffers (one slurmstepd runs one step). Returns -1 when one is
+ * missing. */
+static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodelist_env)
 {
-    static char spec[16384], nodelist[8192], cluster[256], user[256];
-    static char nodename[256], version[64];
-    struct sh_stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
+    static char nodelist[8192], cluster[256], user[256], nodename[256];
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
-    uint32_t stepid = 0;
 
-    if (spank_getenv(sp, SH_STEP_SPEC_ENV, spec, sizeof(spec)) != ESPANK_SUCCESS ||
-        spec[0] == '\0')
-        return 0;
-    if (spank_get_item(sp, S_JOB_ID, &job.jobid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_UID, &job.uid) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_JOB_GID, &job.gid) != ESPANK_SUCCESS) {
-        slurm_error("stagehand: step: cannot get job id/step id/uid/gid");
-        return 0;
+    if (spank_get_item(sp, S_JOB_ID, &job->jobid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_UID, &job->uid) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_JOB_GID, &job->gid) != ESPANK_SUCCESS) {
+        slurm_error("stagehand: step: cannot get job id/uid/gid");
+        return -1;
     }
-    job.stepid = (long)stepid;
-    if (getpwuid_r(job.uid, &pw, pwbuf, sizeof(pwbuf), &pwr) != 0 || pwr == NULL)
-        return 0;
+    if (getpwuid_r(job->uid, &pw, pwbuf, sizeof(pwbuf), &pwr) != 0 || pwr == NULL)
+        return -1;
     snprintf(user, sizeof(user), "%s", pw.pw_name);
-    if (spank_getenv(sp, "SLURM_STEP_NODELIST", nodelist, sizeof(nodelist)) != ESPANK_SUCCESS)
-        return 0;
+    if (spank_getenv(sp, nodelist_env, nodelist, sizeof(nodelist)) != ESPANK_SUCCESS)
+        return -1;
     if (spank_getenv(sp, "SLURM_CLUSTER_NAME", cluster, sizeof(cluster)) != ESPANK_SUCCESS)
         cluster[0] = '\0';
     /* slurmstepd's node name: the one slurmd was started with. */
     snprintf(nodename, sizeof(nodename), "%s", env_or("SLURMD_NODENAME", NULL));
     if (nodename[0] == '\0' && gethostname(nodename, sizeof(nodename)) != 0)
+        return -1;
+    job->user = user;
+    job->nodelist = nodelist;
+    job->nodename = nodename;
+    job->cluster = cluster;
+    return 0;
+}
+
+/* The job asked for staging (its spec is in the step's environment as
+ * sbatch/salloc put it there) and this node has no status for it: no job
+ * prolog ran here before this step (internal.h). Run the job's staging now,
+ * as the prolog would have: the other nodes' agents wait for this node's
+ * (join_timeout). */
+static int stage_missed_prolog(spank_t sp, int ac, char **av)
+{
+    static char spec[16384], version[64];
+    struct sh_stage_job job = { .stepid = -1, .missed_prolog = true };
+    char status_path[512];
+    char step[24] = "?";
+    uint32_t jobid = 0, stepid = 0;
+
+    if (spank_getenv(sp, "SLURM_SPANK_" SH_SPEC_ENV, spec, sizeof(spec)) != ESPANK_SUCCESS ||
+        spec[0] == '\0' || spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS ||
+        sh_status_path(SH_RUNTIME_DIR, jobid, -1, status_path, sizeof(status_path)) != 0 ||
+        access(status_path, F_OK) == 0 || errno != ENOENT)
         return 0;
+    if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST") != 0)
+        return 0;
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
+        if (stepid == SH_BATCH_STEP)
+            snprintf(step, sizeof(step), "batch");
+        else
+            snprintf(step, sizeof(step), "%u", stepid);
+    }
+    if (spank_getenv(sp, "SLURM_SPANK_" SH_VERSION_ENV, version, sizeof(version)) ==
+        ESPANK_SUCCESS)
+        job.submit_version = version;
+    job.spec = spec;
+    slurm_info("stagehand: job %u: step %s started on %s before any job prolog ran here "
+               "(Slurm before 23.02.2, bug 16093): staging the job's images for it now",
+               jobid, step, job.nodename);
+    (void)run_staging(&job, ac, av);
+    return 0;
+}
+
+int sh_step_stage_run(spank_t sp, int ac, char **av)
+{
+    static char spec[16384], version[64];
+    struct sh_stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
+    uint32_t stepid = 0;
+
+    if (spank_getenv(sp, SH_STEP_SPEC_ENV, spec, sizeof(spec)) != ESPANK_SUCCESS ||
+        spec[0] == '\0')
+        return stage_missed_prolog(sp, ac, av);
+    if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS) {
+        slurm_error("stagehand: step: cannot get the step id");
+        return 0;
+    }
+    if (step_job_fill(sp, &job, "SLURM_STEP_NODELIST") != 0)
+        return 0;
+    job.stepid = (long)stepid;
     if (spank_getenv(sp, SH_STEP_VERSION_ENV, version, sizeof(version)) == ESPANK_SUCCESS)
         job.submit_version = version;
     job.spec = spec;
-    job.user = user;
-    job.nodelist = nodelist;
-    job.nodename = nodename;
-    job.cluster = cluster;
     return run_staging(&job, ac, av);
 }
 

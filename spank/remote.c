@@ -16,8 +16,6 @@
 #include "stagehand/status.h"
 
 #define SUMMARY_SHOWN_ENV "STAGEHAND_SUMMARY_SHOWN"
-/* slurm.h's SLURM_BATCH_SCRIPT (the batch step's id); spank.h has no name. */
-#define SH_BATCH_STEP 0xfffffffbU
 
 static struct {
     bool asked;           /* the job asked for staging */

@@ -6,12 +6,9 @@
 # node's agent), the job's srun on every node runs once the late node is
 # back, every copy is still SRC's, and nothing is drained. Before the local
 # check (issue 5, the no-op) the script waited for the late node.
-# The script's srun waits until the late node's prolog has run. Seen once in
-# CI with an srun right after the thaw: the step reached the thawed slurmd
-# before the allocation's prolog request (Slurm 22.05 then runs the job prolog
-# from the step launch, _rpc_launch_tasks), n3 logged no staging for the job,
-# and the step failed there with "no staging status on this node"
-# (stagehand(8), FAILURE POLICY).
+# The script's srun waits until the late node's prolog has run: a step that
+# reaches the thawed slurmd before the allocation's prolog request is the
+# case of test_fault_step_before_prolog.
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/cluster/faultlib.sh
