@@ -135,30 +135,9 @@ fault_test_files() {
 fault_test_cleanup() {
     local j n
     [ -z "${thaw_node:-}" ] || "$MINICLUSTER" thaw "$thaw_node" 2>/dev/null
-    [ -z "${held_node:-}" ] || release_ctl_rpcs
+    [ -z "${held_node:-}" ] || "$MINICLUSTER" release-rpcs
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out" "/shared/$tok".*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 
-# Hold the controller's RPCs to node @1's slurmd (TCP port 6818): an htb class
-# of 8 bit/s on the controller's interface lets a connection open (its SYN
-# fits the class's burst) and keeps what follows queued until
-# release_ctl_rpcs, so slurmctld's requests (the allocation's prolog request
-# among them) reach that node late while steps launched from other nodes get
-# there at once. The test sets held_node so that its exit trap releases.
-hold_ctl_rpcs() {
-    local ns=$MINICLUSTER_NAME-ctl ip=$MINICLUSTER_NET.$((10 + ${1#n}))
-    tc -n "$ns" qdisc add dev eth0 root handle 1: htb default 20 &&
-        tc -n "$ns" class add dev eth0 parent 1: classid 1:20 htb rate 10gbit 2>/dev/null &&
-        tc -n "$ns" class add dev eth0 parent 1: classid 1:10 htb rate 8bit burst 1 cburst 1 2>/dev/null &&
-        tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 \
-            match ip dst "$ip"/32 match ip dport 6818 0xffff flowid 1:10
-}
-release_ctl_rpcs() { # lets the queued packets go first, then removes the qdisc
-    local ns=$MINICLUSTER_NAME-ctl
-    tc -n "$ns" class change dev eth0 parent 1: classid 1:10 htb rate 10gbit 2>/dev/null
-    sleep 0.5
-    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null
-    return 0
-}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Case F21, a node where the job's first step starts before any job prolog:
-# slurmctld's requests to n3 are held (hold_ctl_rpcs) while a job whose
+# slurmctld's requests to n3 are held (minicluster hold-rpcs) while a job whose
 # batch script runs srun at once starts, so the allocation's prolog request
 # reaches n3 after the step's launch. Slurm before 23.02.2 then starts the
 # step without running the job prolog (bug 16093: the launch finds the job
@@ -35,8 +35,8 @@ assert_staged_everywhere "$src" "$dst"
 run_held() {
     local off id st
     off=$(log_offset "$late")
-    hold_ctl_rpcs "$late" || fail "cannot hold slurmctld's requests to $late (tc htb/u32)"
-    held_node=$late
+    "$MINICLUSTER" hold-rpcs "$late" || fail "cannot hold slurmctld's requests to $late"
+    held_node=$late # released by the exit trap too
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
         --wrap 'srun -N'"$k"' sh -c "sha256sum \$STAGEHAND_IMAGE | cut -d\" \" -f1"') ||
         fail "($1) sbatch: $id"
@@ -44,7 +44,7 @@ run_held() {
         log_since "$late" "$off" | grep -aq "\[$id\.0\] done with job" && break
         sleep 0.2
     done
-    release_ctl_rpcs
+    "$MINICLUSTER" release-rpcs
     held_node=""
     st=$(wait_job_end "$id" 120)
     job_log=$(log_since "$late" "$off")
