@@ -169,17 +169,17 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
     p[1] = -1;
     /* The child's reason, until it exits (EOF) or the check times out. */
     for (;;) {
-        int64_t left = deadline - sh_now_ns();
+        int ms = sh_poll_ms_until(deadline);
         struct pollfd pfd = { .fd = p[0], .events = POLLIN };
         ssize_t n;
 
-        if (left <= 0) {
+        if (ms == 0) {
             kill(pid, SIGKILL);
             snprintf(why, sizeof(why), "no answer within %d ms", LOCAL_CHECK_TIMEOUT_MS);
             waitpid(pid, &wstatus, WNOHANG);
             goto out;
         }
-        if (poll(&pfd, 1, (int)(left / 1000000 + 1)) <= 0)
+        if (poll(&pfd, 1, ms) <= 0)
             continue;
         n = read(p[0], why + got, sizeof(why) - 1 - got);
         if (n < 0 && errno == EINTR)

@@ -136,16 +136,16 @@ static int read_outputs(int fd, int64_t deadline, struct agent_result *res)
     size_t used = 0;
 
     for (;;) {
-        int64_t left = deadline - sh_now_ns();
+        int ms = sh_poll_ms_until(deadline);
         struct pollfd pfd = { .fd = fd, .events = POLLIN };
         ssize_t n;
         int pr;
 
-        if (left <= 0) {
+        if (ms == 0) {
             errno = ETIMEDOUT;
             return -1;
         }
-        pr = poll(&pfd, 1, (int)(left / 1000000 + 1));
+        pr = poll(&pfd, 1, ms);
         if (pr < 0 && errno == EINTR)
             continue;
         if (pr <= 0)
@@ -556,12 +556,13 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
 }
 
 /* Fill @job for a staging that runs in a step's slurmstepd: the job's user,
- * cluster, this node's name and the node list named by @nodelist_env, into
- * static buffers (one slurmstepd runs one step). Returns -1 when one is
- * missing. */
-static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodelist_env)
+ * cluster, this node's name, the node list named by @nodelist_env and the
+ * submitting side's version named by @version_env (if set), into static
+ * buffers (one slurmstepd runs one step). Returns -1 when one is missing. */
+static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodelist_env,
+                         const char *version_env)
 {
-    static char nodelist[8192], cluster[256], user[256], nodename[256];
+    static char nodelist[8192], cluster[256], user[256], nodename[256], version[64];
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
 
@@ -582,6 +583,8 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodel
     snprintf(nodename, sizeof(nodename), "%s", env_or("SLURMD_NODENAME", NULL));
     if (nodename[0] == '\0' && gethostname(nodename, sizeof(nodename)) != 0)
         return -1;
+    if (spank_getenv(sp, version_env, version, sizeof(version)) == ESPANK_SUCCESS)
+        job->submit_version = version;
     job->user = user;
     job->nodelist = nodelist;
     job->nodename = nodename;
@@ -596,7 +599,7 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodel
  * (join_timeout). */
 static int stage_missed_prolog(spank_t sp, int ac, char **av)
 {
-    static char spec[16384], version[64];
+    static char spec[16384];
     struct sh_stage_job job = { .stepid = -1, .missed_prolog = true };
     char status_path[512];
     char step[24] = "?";
@@ -607,7 +610,7 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
         sh_status_path(SH_RUNTIME_DIR, jobid, -1, status_path, sizeof(status_path)) != 0 ||
         access(status_path, F_OK) == 0 || errno != ENOENT)
         return 0;
-    if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST") != 0)
+    if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST", "SLURM_SPANK_" SH_VERSION_ENV) != 0)
         return 0;
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
         if (stepid == SH_BATCH_STEP)
@@ -615,9 +618,6 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
         else
             snprintf(step, sizeof(step), "%u", stepid);
     }
-    if (spank_getenv(sp, "SLURM_SPANK_" SH_VERSION_ENV, version, sizeof(version)) ==
-        ESPANK_SUCCESS)
-        job.submit_version = version;
     job.spec = spec;
     slurm_info("stagehand: job %u: step %s started on %s before any job prolog ran here "
                "(Slurm before 23.02.2, bug 16093): staging the job's images for it now",
@@ -628,7 +628,7 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
 
 int sh_step_stage_run(spank_t sp, int ac, char **av)
 {
-    static char spec[16384], version[64];
+    static char spec[16384];
     struct sh_stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
     uint32_t stepid = 0;
 
@@ -639,11 +639,9 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
         slurm_error("stagehand: step: cannot get the step id");
         return 0;
     }
-    if (step_job_fill(sp, &job, "SLURM_STEP_NODELIST") != 0)
+    if (step_job_fill(sp, &job, "SLURM_STEP_NODELIST", SH_STEP_VERSION_ENV) != 0)
         return 0;
     job.stepid = (long)stepid;
-    if (spank_getenv(sp, SH_STEP_VERSION_ENV, version, sizeof(version)) == ESPANK_SUCCESS)
-        job.submit_version = version;
     job.spec = spec;
     return run_staging(&job, ac, av);
 }
