@@ -519,6 +519,8 @@ record:
                     status_path, strerror(errno));
     if (lock_fd >= 0)
         close(lock_fd);
+    slurm_debug("stagehand: job %u: %s done after %.1f ms", job->jobid,
+                prolog ? "prolog" : "staging", (double)(sh_now_ns() - t_entry) / 1e6);
     if (res.status.ok) {
         for (size_t i = 0; i < res.status.n_summaries; i++)
             slurm_info("stagehand: job %u user %s: %s", job->jobid, job->user,
