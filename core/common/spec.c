@@ -34,6 +34,15 @@ static bool is_control(unsigned char c)
     return (c > 0 && c < 0x20) || c == 0x7f;
 }
 
+/* The C1 control character (U+0080..U+009F, Unicode's "Cc" beyond ASCII)
+ * that the UTF-8 sequence at @p encodes, or 0. A terminal that shows a log
+ * line can act on one as on ESC (U+009B is CSI), so paths may not hold them
+ * any more than C0 controls. */
+static unsigned c1_control(const unsigned char *p)
+{
+    return p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f ? p[1] : 0;
+}
+
 /* Length of the valid UTF-8 sequence at @p (1-4), or 0 when the byte at @p
  * does not start one (overlong forms and surrogates are invalid). */
 static size_t utf8_len(const unsigned char *p)
@@ -74,7 +83,7 @@ static size_t display_len(const unsigned char *p, size_t *used)
 {
     size_t n = utf8_len(p);
 
-    if (n == 0 || (n == 1 && is_control(*p))) {
+    if (n == 0 || (n == 1 && is_control(*p)) || c1_control(p) != 0) {
         *used = 1;
         return 4;
     }
@@ -159,6 +168,13 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
             sh_errf(err, errlen,
                    "'%s': control character (byte 0x%02x) in a path",
                    sh_spec_display(in, show, sizeof(show)), *c);
+            errno = EINVAL;
+            return -1;
+        }
+        if (c1_control(c) != 0) {
+            sh_errf(err, errlen,
+                   "'%s': control character (U+%04X, bytes 0xc2 0x%02x) in a path",
+                   sh_spec_display(in, show, sizeof(show)), c1_control(c), c[1]);
             errno = EINVAL;
             return -1;
         }
@@ -479,6 +495,11 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
         if (is_control((unsigned char)c)) {
             sh_errf(err, errlen, "control character (byte 0x%02x) in a path",
                    (unsigned)(unsigned char)c);
+            goto inval;
+        }
+        if (c1_control((const unsigned char *)p) != 0) {
+            sh_errf(err, errlen, "control character (U+%04X, bytes 0xc2 0x%02x) in a path",
+                    c1_control((const unsigned char *)p), (unsigned)(unsigned char)p[1]);
             goto inval;
         }
         buf = ri->has_dst ? ri->dst : ri->src;

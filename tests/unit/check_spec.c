@@ -103,6 +103,12 @@ static const struct value_case corpus[] = {
     { "/a.sqsh:/nvme/x\ty", EINVAL, "byte 0x09", 0, { NULL }, { NULL } },
     { "/a\x7f", EINVAL, "byte 0x7f", 0, { NULL }, { NULL } },
     { "/a\nb", EINVAL, "control character", 0, { NULL }, { NULL } },
+    /* C1 controls in UTF-8: U+009B is CSI to a terminal showing the log */
+    { "/a\xc2\x9b" "31mb:/nvme/x", EINVAL, "control character (U+009B, bytes 0xc2 0x9b)",
+      0, { NULL }, { NULL } },
+    { "/a.sqsh:/nvme/x\xc2\x85", EINVAL, "U+0085", 0, { NULL }, { NULL } },
+    { "/\xc2\xa0nbsp.sqsh:/nvme/\xc2\xa0", 0, NULL, 1, { "/\xc2\xa0nbsp.sqsh" },
+      { "/nvme/\xc2\xa0" } },
     /* escapes */
     { "/a\\q:/nvme/x", EINVAL, "invalid escape '\\q'", 0, { NULL },
       { NULL } },
@@ -449,6 +455,9 @@ START_TEST(path_helpers)
     ck_assert_str_eq(sh_spec_display("/\xf0\x9f\x98\x80", out, sizeof(out)),
                      "/\xf0\x9f\x98\x80");
     ck_assert_str_eq(sh_spec_display("/ab\xff", out, 7), "/ab...");
+    /* C1 controls are escaped although they are valid UTF-8 */
+    ck_assert_str_eq(sh_spec_display("/a\xc2\x9b" "b\xc2\xa0", out, sizeof(out)),
+                     "/a\\xc2\\x9bb\xc2\xa0");
 }
 END_TEST
 
