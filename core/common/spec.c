@@ -574,8 +574,9 @@ static int resolve_image(const struct sh_spec_set *set,
         if (sh_spec_escape_path(both, hint, sizeof(hint)) != 0)
             snprintf(hint, sizeof(hint), "...\\:...");
         sh_errf(err, errlen,
-               "destination '%s' is not an absolute path (if the ':' is part "
-               "of the source path, write it as '\\:': %s)",
+               "destination '%s' is not an absolute path: DST is where each node "
+               "writes its copy, a full path under a directory the cluster allows "
+               "(if the ':' is part of the source path, write it as '\\:': %s)",
                sh_spec_display(ri->dst, show, sizeof(show)),
                sh_spec_display(hint, why, sizeof(show)));
         goto inval;

@@ -101,7 +101,7 @@ row "$I:/nvme/$tok/x:/nvme/$tok/y" "more than one unescaped ':'"
 # escapes
 row "$I\\" "the value ends in a lone '\\'"
 row "$I\\n:/nvme/$tok/x" "invalid escape '\\n'"
-row "/data/a:b.sqsh" "destination 'b.sqsh' is not an absolute path (if the ':' is part of the source path, write it as '\\:': /data/a\\:b.sqsh)"
+row "/data/a:b.sqsh" "destination 'b.sqsh' is not an absolute path: DST is where each node writes its copy, a full path under a directory the cluster allows (if the ':' is part of the source path, write it as '\\:': /data/a\\:b.sqsh)"
 # paths that cannot name a file
 row "$s/dir/:/nvme/$tok/x" "source '$s/dir/' ends in '/': it must name a file"
 row "/" "source '/' ends in '/': it must name a file"
@@ -118,6 +118,9 @@ row "$I:/nvme/$tok/a"$'\n'"b" "control character (byte 0x0a) in a path" "$I:/nvm
 row $'/shared/\e[2J\e[Hfake.sqsh' "control character (byte 0x1b) in a path" '/shared/\x1b[2J\x1b[Hfake.sqsh'
 row $'/shared/del\x7f.sqsh' "control character (byte 0x7f) in a path" '/shared/del\x7f.sqsh'
 row "$I:/nvme/$tok/"$'\r'"x" "control character (byte 0x0d) in a path" "$I:/nvme/$tok/\\x0dx"
+# C1 controls in UTF-8 (U+009B is CSI to a terminal): refused as C0 ones are
+row $'/shared/a\xc2\x9b[31mx.sqsh' "control character (U+009B, bytes 0xc2 0x9b) in a path" '/shared/a\xc2\x9b[31mx.sqsh'
+row "$I:/nvme/$tok/"$'\xc2\x85'"x" "control character (U+0085, bytes 0xc2 0x85) in a path" "$I:/nvme/$tok/\\xc2\\x85x"
 # bytes that are not UTF-8: legal in a path, but shown escaped
 row $'/shared/'"$tok"$'/a\xffb.sqsh:/nvme/x' "does not exist" "/shared/$tok/a\\xffb.sqsh:/nvme/x"
 row $'/shared/'"$tok"$'/\xc3\x28.sqsh' "does not exist" "/shared/$tok/\\xc3(.sqsh"

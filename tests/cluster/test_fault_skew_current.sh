@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Case F21, skewed prolog starts, when every node's copy is already current:
-# one node (its slurmd and everything in its namespace) is frozen for 8 s
-# while a job that re-stages the image starts. The batch script starts at
+# one node (its slurmd and everything in its namespace) is frozen (up to 8 s;
+# thawed 1 s after the batch script started) while a job that re-stages the
+# image starts. The batch script starts at
 # once (the batch node checked its own copy; it does not wait for the late
 # node's agent), the job's srun on every node runs once the late node is
 # back, every copy is still SRC's, and nothing is drained. Before the local
@@ -50,7 +51,7 @@ done
 touch "$go"
 [ -n "$start" ] || fail "the batch script did not start while $late was frozen for $freeze_s s: $(cat "$out" 2>/dev/null)"
 after=$(python3 -c "print(f'{$start - $t0:.2f}')")
-echo "the batch script started $after s after sbatch, $late frozen for $freeze_s s"
+echo "the batch script started $after s after sbatch while $late was frozen (thawed 1 s later; at most $freeze_s s)"
 st=$(wait_job_end "$id" 120)
 [ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out")"
 grep -q "^stagehand: $dst: current on n1, nothing copied" "$out" || fail "summary: $(cat "$out")"

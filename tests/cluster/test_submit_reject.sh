@@ -108,7 +108,7 @@ expect_reject sbatch "$s/img.sqsh:/tmp/x.sqsh" \
 expect_reject sbatch "$s/img.sqsh:/nvme/../etc/x" \
     "destination '/nvme/../etc/x': '..' components are not allowed (write the path without '..')"
 expect_reject sbatch "/data/a:b.sqsh" \
-    "destination 'b.sqsh' is not an absolute path (if the ':' is part of the source path, write it as '\\:': /data/a\\:b.sqsh)"
+    "destination 'b.sqsh' is not an absolute path: DST is where each node writes its copy, a full path under a directory the cluster allows (if the ':' is part of the source path, write it as '\\:': /data/a\\:b.sqsh)"
 expect_reject sbatch "$s/img.sqsh:" \
     "empty destination after ':' (leave out the ':' to use the default destination; write a ':' that is part of a path as '\\:')"
 expect_reject sbatch "$s/img.sqsh:/nvme/x.sqsh:/nvme/y" \
