@@ -97,14 +97,15 @@ int sh_args_register(spank_t sp, int ac, char **av)
 }
 
 /* Remember @value once (case F27: Slurm calls the callback again with the
- * same value, and users repeat themselves). Returns 0 or -1. */
+ * same value, and users repeat themselves). Returns 0 for a new value, 1 for
+ * one seen before, or -1. */
 static int record_value(const char *value)
 {
     char *copy;
 
     for (size_t i = 0; i < sh_plugin.n_values; i++)
         if (strcmp(sh_plugin.values[i], value) == 0)
-            return 0;
+            return 1;
     if (sh_plugin.n_values == SH_SPEC_MAX_IMAGES) {
         slurm_error("stagehand: --stage-image: given more than %d times",
                     SH_SPEC_MAX_IMAGES);
@@ -119,10 +120,22 @@ static int record_value(const char *value)
     return 0;
 }
 
+/* A refused value on the submitting side: its reason is printed already;
+ * the submission fails in init_post_opt (submit.c). Not here: Slurm follows a
+ * failed option callback with "Invalid --stage-image argument: <value>", the
+ * value raw, control bytes and all (the stagehand line shows them escaped),
+ * and exits 255, where every later check exits 1. Returns 0. */
+static int refuse(void)
+{
+    sh_plugin.submit_refused = true;
+    return 0;
+}
+
 static int opt_cb(int val, const char *optarg, int remote)
 {
     spank_context_t ctx = spank_context();
     bool submit = ctx == S_CTX_ALLOCATOR || ctx == S_CTX_LOCAL;
+    int seen;
 
     (void)remote;
     if (val == OPT_STAGE_VERBOSE) {
@@ -138,11 +151,14 @@ static int opt_cb(int val, const char *optarg, int remote)
             return 0;
         slurm_error("stagehand: --stage-image: a value is required "
                     "(SRC[:DST])");
-        return -1;
+        return refuse();
     }
-    if (record_value(optarg) != 0)
-        return submit ? -1 : 0;
-    return submit ? sh_submit_option(optarg) : 0;
+    seen = record_value(optarg);
+    if (!submit || seen == 1)
+        return 0; /* a value seen before was judged then */
+    if (seen < 0 || sh_submit_option(optarg) != 0)
+        return refuse();
+    return 0;
 }
 
 void sh_args_free(void)

@@ -57,6 +57,9 @@ struct sh_plugin_state {
     /* Local only: the images are new on an srun inside an existing job, so
      * they are staged at step start (SH_STEP_SPEC_ENV), not by the prolog. */
     bool step_staging;
+    /* A --stage-image value was refused (its reason already printed): the
+     * submission fails in init_post_opt (args.c, opt_cb). */
+    bool submit_refused;
 };
 
 extern struct sh_plugin_state sh_plugin;
@@ -77,7 +80,8 @@ void sh_args_free(void);
 
 /* Allocator/local: parse one --stage-image value into sh_plugin.specs.
  * Called by the option callback; prints the user's error and returns -1 on a
- * bad value (the command then exits non-zero). */
+ * bad value (the callback then marks the submission refused, and
+ * init_post_opt makes the command exit non-zero). */
 int sh_submit_option(const char *value);
 
 /* Allocator/local slurm_spank_init_post_opt: submit-time checks of every

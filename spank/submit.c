@@ -264,6 +264,8 @@ int sh_submit_post_opt(spank_t sp)
     spank_err_t rc;
     int failed = 0;
 
+    if (sh_plugin.submit_refused)
+        return -1; /* reported by sh_submit_option() (args.c: refuse) */
     if (sh_plugin.specs == NULL || sh_spec_set_count(sh_plugin.specs) == 0)
         return 0;
     if (!sh_plugin.config_ok)

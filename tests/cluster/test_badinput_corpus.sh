@@ -3,7 +3,8 @@
 # --stage-image values, run through sbatch, srun and salloc as the test user.
 # Every value must be refused at submit with
 #   <cmd>: error: stagehand: --stage-image=<value as shown>: <reason>
-# (control bytes and bytes that are not UTF-8 shown as \xHH), a non-zero exit,
+# (control bytes and bytes that are not UTF-8 shown as \xHH, and never raw:
+# Slurm does not repeat the value), a non-zero exit,
 # no job created, nothing written anywhere and no node drained (DESIGN.md §3
 # first row). Then bad plugstack arguments (private copy of slurm.conf and
 # plugstack.conf via SLURM_CONF, as test_submit_misconfig.sh: the cluster is
@@ -182,6 +183,12 @@ $out"
     case "$out" in
         *"Submitted batch job"* | *"Granted job allocation"* | *"queued and waiting"* | *"has been allocated"*)
             fail "$cmd row $i: a job was created: $out" ;;
+    esac
+    # the value reaches the terminal only escaped: not repeated raw by
+    # Slurm's "Invalid --stage-image argument" line, no ESC or CSI byte
+    case "$out" in
+        *"Invalid --stage-image argument"* | *$'\e'* | *$'\xc2\x9b'*)
+            fail "$cmd row $i: the value was shown raw: $(printf '%q' "$out")" ;;
     esac
 }
 
