@@ -266,10 +266,10 @@ int sh_submit_post_opt(spank_t sp)
 
     if (sh_plugin.submit_refused)
         return -1; /* reported by sh_submit_option() (args.c: refuse) */
+    /* Images are only added by sh_submit_option(), which refuses every value
+     * while the configuration is bad. */
     if (sh_plugin.specs == NULL || sh_spec_set_count(sh_plugin.specs) == 0)
         return 0;
-    if (!sh_plugin.config_ok)
-        return -1; /* already reported by sh_submit_option() */
     n = sh_spec_set_count(sh_plugin.specs);
     /* Report every bad image at once, not one per attempt. */
     for (size_t i = 0; i < n; i++) {

@@ -164,6 +164,8 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
         return -1;
     }
     for (const unsigned char *c = (const unsigned char *)in; *c != '\0'; c++) {
+        unsigned c1 = c1_control(c);
+
         if (is_control(*c)) {
             sh_errf(err, errlen,
                    "'%s': control character (byte 0x%02x) in a path",
@@ -171,10 +173,10 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
             errno = EINVAL;
             return -1;
         }
-        if (c1_control(c) != 0) {
+        if (c1 != 0) {
             sh_errf(err, errlen,
                    "'%s': control character (U+%04X, bytes 0xc2 0x%02x) in a path",
-                   sh_spec_display(in, show, sizeof(show)), c1_control(c), c[1]);
+                   sh_spec_display(in, show, sizeof(show)), c1, c1);
             errno = EINVAL;
             return -1;
         }
@@ -452,6 +454,7 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
         char c = *p;
         char *buf;
         size_t *len;
+        unsigned c1;
 
         if (c == '\\') {
             char n = p[1];
@@ -497,9 +500,10 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
                    (unsigned)(unsigned char)c);
             goto inval;
         }
-        if (c1_control((const unsigned char *)p) != 0) {
+        c1 = c1_control((const unsigned char *)p);
+        if (c1 != 0) {
             sh_errf(err, errlen, "control character (U+%04X, bytes 0xc2 0x%02x) in a path",
-                    c1_control((const unsigned char *)p), (unsigned)(unsigned char)p[1]);
+                    c1, c1);
             goto inval;
         }
         buf = ri->has_dst ? ri->dst : ri->src;
