@@ -4,7 +4,8 @@
 # Squashfs image, and stage it to every node with
 #     sbatch -N3 --stage-image=/shared/images/rootfs.sqsh:/nvme/images/rootfs.sqsh
 # then show that every node holds a byte-identical, readable image, re-submit
-# to show the no-op path, print the timings, and leave the cluster up.
+# to show the no-op path (each job's output starts with stagehand's summary
+# line and the time it took), and leave the cluster up.
 #
 #   contrib/quickstart.sh [--debootstrap] [--nodes K]
 #

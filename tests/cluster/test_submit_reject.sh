@@ -76,7 +76,7 @@ $out"
     after=$(jobs_above "$before")
     [ -z "$after" ] ||
         fail "$cmd --stage-image=$value: job(s) created: $after"
-    echo "ok: $cmd rejects '$value'"
+    echo "ok: $cmd rejects '$value'${first:+ after '$first'}"
 }
 
 s=$scratch
