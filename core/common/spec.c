@@ -29,18 +29,24 @@ struct sh_spec_set {
 /* Room for one path in a message (longer ones end in "..."). */
 #define SHOW_MAX 320
 
-static bool is_control(unsigned char c)
+/* Whether a control character starts at @p: a C0 control or DEL (one
+ * byte), or a C1 control (U+0080..U+009F, Unicode's "Cc" beyond ASCII) in
+ * UTF-8, which a terminal that shows a log line can act on as on ESC (U+009B
+ * is CSI). Paths may hold neither. With @what, describes it there ("byte
+ * 0x1b", "U+009B, bytes 0xc2 0x9b"). */
+static bool control_at(const unsigned char *p, char *what, size_t whatlen)
 {
-    return (c > 0 && c < 0x20) || c == 0x7f;
-}
-
-/* The C1 control character (U+0080..U+009F, Unicode's "Cc" beyond ASCII)
- * that the UTF-8 sequence at @p encodes, or 0. A terminal that shows a log
- * line can act on one as on ESC (U+009B is CSI), so paths may not hold them
- * any more than C0 controls. */
-static unsigned c1_control(const unsigned char *p)
-{
-    return p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f ? p[1] : 0;
+    if ((p[0] > 0 && p[0] < 0x20) || p[0] == 0x7f) {
+        if (what != NULL)
+            snprintf(what, whatlen, "byte 0x%02x", p[0]);
+        return true;
+    }
+    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+        if (what != NULL)
+            snprintf(what, whatlen, "U+%04X, bytes 0xc2 0x%02x", p[1], p[1]);
+        return true;
+    }
+    return false;
 }
 
 /* Length of the valid UTF-8 sequence at @p (1-4), or 0 when the byte at @p
@@ -83,7 +89,7 @@ static size_t display_len(const unsigned char *p, size_t *used)
 {
     size_t n = utf8_len(p);
 
-    if (n == 0 || (n == 1 && is_control(*p)) || c1_control(p) != 0) {
+    if (n == 0 || control_at(p, NULL, 0)) {
         *used = 1;
         return 4;
     }
@@ -164,19 +170,11 @@ int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
         return -1;
     }
     for (const unsigned char *c = (const unsigned char *)in; *c != '\0'; c++) {
-        unsigned c1 = c1_control(c);
+        char what[32];
 
-        if (is_control(*c)) {
-            sh_errf(err, errlen,
-                   "'%s': control character (byte 0x%02x) in a path",
-                   sh_spec_display(in, show, sizeof(show)), *c);
-            errno = EINVAL;
-            return -1;
-        }
-        if (c1 != 0) {
-            sh_errf(err, errlen,
-                   "'%s': control character (U+%04X, bytes 0xc2 0x%02x) in a path",
-                   sh_spec_display(in, show, sizeof(show)), c1, c1);
+        if (control_at(c, what, sizeof(what))) {
+            sh_errf(err, errlen, "'%s': control character (%s) in a path",
+                   sh_spec_display(in, show, sizeof(show)), what);
             errno = EINVAL;
             return -1;
         }
@@ -452,9 +450,8 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
     ri->has_dst = false;
     for (; *p != '\0' && *p != ','; p++) {
         char c = *p;
-        char *buf;
+        char *buf, what[32];
         size_t *len;
-        unsigned c1;
 
         if (c == '\\') {
             char n = p[1];
@@ -495,15 +492,8 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
             ri->has_dst = true;
             continue;
         }
-        if (is_control((unsigned char)c)) {
-            sh_errf(err, errlen, "control character (byte 0x%02x) in a path",
-                   (unsigned)(unsigned char)c);
-            goto inval;
-        }
-        c1 = c1_control((const unsigned char *)p);
-        if (c1 != 0) {
-            sh_errf(err, errlen, "control character (U+%04X, bytes 0xc2 0x%02x) in a path",
-                    c1, c1);
+        if (control_at((const unsigned char *)p, what, sizeof(what))) {
+            sh_errf(err, errlen, "control character (%s) in a path", what);
             goto inval;
         }
         buf = ri->has_dst ? ri->dst : ri->src;
