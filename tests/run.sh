@@ -83,12 +83,17 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 meson test -C build-asan --suite unit --print-errorlogs >build-asan/unit.out 2>&1
 unit_rc=$?
 # Count individual Check tests ("NN%: Checks: N, Failures: F, Errors: E").
+unit_checks=0 unit_bad=0
 while read -r checks fails errs; do
-    passed=$((passed + checks - fails - errs))
-    failed=$((failed + fails + errs))
+    unit_checks=$((unit_checks + checks))
+    unit_bad=$((unit_bad + fails + errs))
 done < <(grep -oE 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' build-asan/meson-logs/testlog.txt |
     sed -E 's/Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+)/\1 \2 \3/')
+passed=$((passed + unit_checks - unit_bad))
+failed=$((failed + unit_bad))
 grep -E '^ *[0-9]+/[0-9]+ ' build-asan/unit.out
+# The final count takes every Check test singly, not the programs listed above.
+echo "   $unit_checks Check tests in these programs: $((unit_checks - unit_bad)) passed, $unit_bad failed (each counts once in the total)"
 if [ "$unit_rc" -ne 0 ]; then
     grep -E 'runtime error|AddressSanitizer|LeakSanitizer|:[EF]:' build-asan/meson-logs/testlog.txt | head -40
     # A test program that crashed or timed out before Check printed a summary
