@@ -214,7 +214,7 @@ fail:
  * its handshake would wait for us while we wait for it. */
 static int is_self_connection(const struct sh_ctl *ctl, int fd)
 {
-    struct sockaddr_storage local, peer;
+    struct sockaddr_storage local = { 0 }, peer = { 0 };
     socklen_t llen = sizeof(local), plen = sizeof(peer);
 
     if (ctl->listen_fd < 0 ||
@@ -539,7 +539,8 @@ void sh_ctl_close(struct sh_ctl *ctl)
         close(ctl->listen_fd);
     if (ctl->parent.fd >= 0)
         sh_chan_close(&ctl->parent);
-    for (uint32_t j = 0; j < ctl->nchild; j++) {
+    /* child is NULL when its allocation failed in sh_ctl_join */
+    for (uint32_t j = 0; ctl->child != NULL && j < ctl->nchild; j++) {
         if (ctl->child[j].fd >= 0)
             sh_chan_close(&ctl->child[j]);
     }
@@ -794,6 +795,7 @@ static int result_alloc(struct sh_ctl *ctl, struct sh_ctl_result *res,
         free(res->entry);
         free(*seen);
         res->entry = NULL;
+        *seen = NULL; /* the caller frees it on its way out */
         errno = ENOMEM;
         return -1;
     }
