@@ -150,19 +150,6 @@ static void set_failure(struct agent *a, bool node_fault, const char *fmt, ...)
 
 /* ------------------------------------------------------------- inputs -- */
 
-static int parse_u64(const char *s, uint64_t *v)
-{
-    char *end;
-    unsigned long long x;
-
-    errno = 0;
-    x = strtoull(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || s[0] == '-')
-        return -1;
-    *v = x;
-    return 0;
-}
-
 static int copy_in(char *dst, size_t len, const char *value)
 {
     if (strlen(value) >= len)
@@ -195,17 +182,17 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
             return -1;
         }
         if (strcmp(key, SH_AGENT_IN_VERSION) == 0) {
-            bad = parse_u64(value, &v) != 0;
+            bad = sh_parse_u64(value, &v) != 0;
             in->proto = (unsigned)v;
         } else if (strcmp(key, SH_AGENT_IN_JOBID) == 0) {
-            bad = parse_u64(value, &in->jobid) != 0;
+            bad = sh_parse_u64(value, &in->jobid) != 0;
         } else if (strcmp(key, SH_AGENT_IN_STEPID) == 0) {
-            bad = parse_u64(value, &in->stepid) != 0 || in->stepid >= STEP_JOB;
+            bad = sh_parse_u64(value, &in->stepid) != 0 || in->stepid >= STEP_JOB;
         } else if (strcmp(key, SH_AGENT_IN_UID) == 0) {
-            bad = parse_u64(value, &v) != 0 || v >= UINT32_MAX;
+            bad = sh_parse_u64(value, &v) != 0 || v >= UINT32_MAX;
             in->uid = (uid_t)v;
         } else if (strcmp(key, SH_AGENT_IN_GID) == 0) {
-            bad = parse_u64(value, &v) != 0 || v >= UINT32_MAX;
+            bad = sh_parse_u64(value, &v) != 0 || v >= UINT32_MAX;
             in->gid = (gid_t)v;
         } else if (strcmp(key, SH_AGENT_IN_USER) == 0) {
             bad = copy_in(in->user, sizeof(in->user), value);
@@ -1374,7 +1361,7 @@ static void stage_image_run(struct agent *a, size_t img)
         }
         for (char *tok = strtok(text + 4, " "); tok != NULL; tok = strtok(NULL, " ")) {
             uint64_t x;
-            if (parse_u64(tok, &x) == 0 && x < a->nnodes && npart < a->nnodes) {
+            if (sh_parse_u64(tok, &x) == 0 && x < a->nnodes && npart < a->nnodes) {
                 if ((uint32_t)x == a->index)
                     mypos = npart;
                 part[npart++] = (uint32_t)x;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "stagehand/publish.h"
+#include "stagehand/size.h"
 
 #define META_MAGIC "stagehand-meta"
 
@@ -82,17 +83,6 @@ static int next_field(struct cursor *c, const char *key, char *out, size_t len)
     return 0;
 }
 
-static int parse_u64(const char *s, uint64_t *v)
-{
-    char *end;
-
-    if (s[0] < '0' || s[0] > '9')
-        return -1;
-    errno = 0;
-    *v = strtoull(s, &end, 10);
-    return (errno != 0 || *end != '\0') ? -1 : 0;
-}
-
 static int parse_ts(const char *s, struct sh_ts *t)
 {
     char *end;
@@ -120,10 +110,11 @@ int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m)
     char field[PATH_MAX + 64];
     char *sp;
     uint64_t version;
+    size_t flen;
 
     memset(m, 0, sizeof(*m));
     if (next_field(&c, META_MAGIC, field, sizeof(field)) != 0 ||
-        parse_u64(field, &version) != 0)
+        sh_parse_u64(field, &version) != 0)
         goto bad;
     if (version != SH_META_VERSION) {
         errno = EPROTONOSUPPORT;
@@ -131,11 +122,11 @@ int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m)
     }
     m->version = (uint32_t)version;
     if (next_field(&c, "src", field, sizeof(field)) != 0 ||
-        strlen(field) >= sizeof(m->src.path) || field[0] != '/')
+        (flen = strlen(field)) >= sizeof(m->src.path) || field[0] != '/')
         goto bad;
-    strcpy(m->src.path, field);
+    memcpy(m->src.path, field, flen + 1);
     if (next_field(&c, "src_size", field, sizeof(field)) != 0 ||
-        parse_u64(field, &m->src.size) != 0 ||
+        sh_parse_u64(field, &m->src.size) != 0 ||
         next_field(&c, "src_mtime", field, sizeof(field)) != 0 ||
         parse_ts(field, &m->src.mtime) != 0 ||
         next_field(&c, "src_ctime", field, sizeof(field)) != 0 ||
@@ -150,7 +141,7 @@ int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m)
         sh_hash_unhex(sp + 1, m->digest, sh_hash_len(m->algo)) != 0)
         goto bad;
     if (next_field(&c, "dst_size", field, sizeof(field)) != 0 ||
-        parse_u64(field, &m->dst_size) != 0 ||
+        sh_parse_u64(field, &m->dst_size) != 0 ||
         next_field(&c, "dst_mtime", field, sizeof(field)) != 0 ||
         parse_ts(field, &m->dst_mtime) != 0)
         goto bad;
@@ -251,7 +242,7 @@ int sh_meta_load(int dirfd, const char *name, int dstfd, struct sh_meta *m,
     n = fgetxattr(dstfd, SH_META_XATTR, buf, sizeof(buf));
     if (n >= 0)
         return sh_meta_decode(buf, (size_t)n, m);
-    if (errno != ENODATA && errno != ENOTSUP && errno != EOPNOTSUPP)
+    if (errno != ENODATA && errno != ENOTSUP) /* EOPNOTSUPP is ENOTSUP on Linux */
         return -1;
     if (from_sidecar != NULL)
         *from_sidecar = 1;

@@ -41,6 +41,21 @@ static int mul_checked(uint64_t a, uint64_t b, uint64_t *out)
     return 0;
 }
 
+int sh_parse_u64(const char *text, uint64_t *out)
+{
+    const char *end;
+    uint64_t v;
+
+    if (parse_digits(text, &v, &end) != 0)
+        return -1;
+    if (*end != '\0') {
+        errno = EINVAL;
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int sh_parse_size(const char *text, uint64_t *out)
 {
     static const struct { const char *suffix; uint64_t mult; } units[] = {

@@ -1,6 +1,7 @@
 #include "config.h"
 #include "stagehand/status.h"
 #include "stagehand/kv.h"
+#include "stagehand/size.h"
 #include "stagehand/spec.h"
 
 _Static_assert(SH_STATUS_MAX_IMAGES >= SH_SPEC_MAX_IMAGES,
@@ -125,7 +126,11 @@ int sh_status_read(const char *path, struct sh_status *st)
         if (sh_kv_split(line, &key, &value) != 0)
             goto proto;
         if (strcmp(key, "version") == 0) {
-            version = atoi(value);
+            uint64_t v;
+
+            if (sh_parse_u64(value, &v) != 0 || v > INT32_MAX)
+                goto proto;
+            version = (int)v;
         } else if (strcmp(key, "result") == 0) {
             if (strcmp(value, "ok") == 0)
                 st->ok = true;

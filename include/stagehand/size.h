@@ -10,6 +10,11 @@
  * negative, unknown unit) or ERANGE (overflow of uint64_t). */
 int sh_parse_size(const char *text, uint64_t *out);
 
+/* Parse a plain decimal integer (digits only, the whole string: no sign,
+ * space or suffix) into *out. Returns 0, or -1 with errno = EINVAL (empty or
+ * not digits) or ERANGE (overflow of uint64_t). */
+int sh_parse_u64(const char *text, uint64_t *out);
+
 /* Parse a duration: integer with optional suffix ms, s, m, h (default s).
  * Stores nanoseconds in *out_ns. Returns 0, or -1 with errno = EINVAL/ERANGE. */
 int sh_parse_duration(const char *text, uint64_t *out_ns);
