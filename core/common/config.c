@@ -241,7 +241,7 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
     case 10:
         if (sh_parse_duration(a->val, &u) != 0)
             return bad(a, errno, "expected a duration such as 600s or 10m");
-        if (u < NS_PER_S || u > 24 * 3600 * NS_PER_S)
+        if (u < NS_PER_S || u > NS_PER_S * 24 * 3600)
             return bad(a, ERANGE, "must be between 1s and 24h");
         cfg->timeout_ns = u;
         return 0;

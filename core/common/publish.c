@@ -34,7 +34,9 @@ static int sanitize(char *dst, size_t len, const char *src, int map_dot)
     for (size_t i = 0; i <= n; i++) {
         char c = src[i];
 
-        dst[i] = (c == '/' || (map_dot && c == '.')) ? '_' : c;
+        if (c == '/' || (map_dot && c == '.'))
+            c = '_';
+        dst[i] = c;
     }
     return 0;
 }
@@ -97,7 +99,7 @@ int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
 {
     char dir[PATH_MAX];
     const char *slash;
-    size_t dlen;
+    size_t dlen, blen;
     int fd;
 
     if (dst == NULL || dst[0] != '/') {
@@ -114,13 +116,15 @@ int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
         errno = EINVAL;
         return -1;
     }
-    if (strlen(slash + 1) >= namelen || strlen(slash + 1) > NAME_MAX) {
+    blen = strlen(slash + 1);
+    if (blen >= namelen || blen > NAME_MAX) {
         errno = ENAMETOOLONG;
         return -1;
     }
     dlen = (size_t)(slash - dst);
     if (dlen == 0) {
-        strcpy(dir, "/");
+        dir[0] = '/';
+        dir[1] = '\0';
     } else {
         memcpy(dir, dst, dlen);
         dir[dlen] = '\0';
@@ -130,7 +134,7 @@ int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -1;
-    strcpy(name, slash + 1);
+    memcpy(name, slash + 1, blen + 1);
     *dirfd = fd;
     return 0;
 }
@@ -145,16 +149,19 @@ int sh_publish_begin(struct sh_publish *p, const struct sh_io_ops *io,
                      int dirfd, const char *name, const char *jobid,
                      const char *host, uint64_t size, mode_t mode)
 {
+    size_t nlen;
+
     memset(p, 0, sizeof(*p));
     reset(p);
     p->io = ops(io);
     p->dirfd = dirfd;
     p->size = size;
-    if (strlen(name) > NAME_MAX) {
+    nlen = strlen(name);
+    if (nlen > NAME_MAX) {
         errno = ENAMETOOLONG;
         return -1;
     }
-    strcpy(p->name, name);
+    memcpy(p->name, name, nlen + 1);
     if (sh_publish_tmpname(name, jobid, host, getpid(), p->tmpname,
                            sizeof(p->tmpname)) != 0)
         return -1;
@@ -420,7 +427,7 @@ int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
     if (fd < 0)
         return -1;
     for (;;) {
-        struct timespec nap = { 0, 20 * 1000 * 1000 };
+        struct timespec nap = { 0, 20L * 1000 * 1000 };
 
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             *lockfd = fd;

@@ -636,7 +636,7 @@ int sh_spec_add_value(struct sh_spec_set *set, const char *value,
         return -1;
     }
     if (strlen(value) > SH_SPEC_MAX_VALUE) {
-        sh_errf(err, errlen, "value longer than %d bytes", SH_SPEC_MAX_VALUE);
+        sh_errf(err, errlen, "value longer than %zu bytes", SH_SPEC_MAX_VALUE);
         errno = E2BIG;
         return -1;
     }

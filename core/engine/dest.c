@@ -22,7 +22,7 @@
 #include "xfer.h"
 
 #define TMPFS_MAGIC_NR 0x01021994
-#define STALE_TEMP_AGE_S (24u * 3600u)
+#define STALE_TEMP_AGE_S ((uint64_t)24 * 3600)
 
 /* Whether the tmpfs holding @dirfd allocates huge pages: the super options of
  * its mount in /proc/self/mountinfo (proc(5)) carry huge= other than never.

@@ -639,8 +639,11 @@ int main(int argc, char **argv)
     }
     sh_log_set_level(r->o.verbose >= 2 ? SH_LOG_DEBUG :
                      r->o.verbose == 1 ? SH_LOG_INFO : SH_LOG_WARN);
-    r->force_sidecar = getenv("STAGEHAND_META_SIDECAR") != NULL &&
-                       strcmp(getenv("STAGEHAND_META_SIDECAR"), "1") == 0;
+    {
+        const char *sidecar = getenv("STAGEHAND_META_SIDECAR");
+
+        r->force_sidecar = sidecar != NULL && strcmp(sidecar, "1") == 0;
+    }
     r->src_fd = -1;
     r->lrank = -1;
     r->node_comm = r->leaders = MPI_COMM_NULL;

@@ -124,9 +124,11 @@ static int parse_uint(const char *text, unsigned long max, unsigned long *out)
 
 static int copy_path(char *dst, const char *src)
 {
-    if (src[0] != '/' || strlen(src) >= PATH_MAX || strchr(src, '\n') != NULL)
+    size_t len = strlen(src);
+
+    if (src[0] != '/' || len >= PATH_MAX || strchr(src, '\n') != NULL)
         return -1;
-    strcpy(dst, src);
+    memcpy(dst, src, len + 1);
     return 0;
 }
 

@@ -19,7 +19,7 @@ static const char *status_name(int32_t status)
 {
     switch (status) {
     case SH_NODE_COPIED: return "copied";
-    case SH_NODE_CURRENT: return "current";
+    case SH_NODE_CURRENT:
     case SH_NODE_READER: return "current";
     case SH_NODE_FAILED: return "failed";
     case SH_NODE_ABORTED: return "not-copied";

@@ -411,8 +411,9 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
     MPI_Comm_size(cfg->comm, &size);
     down = rank + 1 < size ? rank + 1 : -1;
     up = rank - 1;
-    in = calloc(r->depth, sizeof(*in));
-    out = calloc(r->depth, sizeof(*out));
+    /* MPI_Request is a handle, in Open MPI a pointer */
+    in = calloc(r->depth, sizeof(*in));   /* NOLINT(bugprone-sizeof-expression) */
+    out = calloc(r->depth, sizeof(*out)); /* NOLINT(bugprone-sizeof-expression) */
     if (in == NULL || out == NULL) {
         sh_msgf(res->msg, sizeof(res->msg), "out of memory");
         res->mpi_failed = 1;

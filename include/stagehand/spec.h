@@ -62,7 +62,7 @@
 /* Most images one job may stage (all values together). */
 #define SH_SPEC_MAX_IMAGES 64
 /* Longest accepted option value, in bytes. */
-#define SH_SPEC_MAX_VALUE (256 * 1024)
+#define SH_SPEC_MAX_VALUE ((size_t)256 * 1024)
 /* Name passed to spank_job_control_setenv(); the prolog sees it with Slurm's
  * "SPANK_" prefix (measured, see notes/measured-facts.md). */
 #define SH_SPEC_ENV "STAGEHAND_SPEC"
