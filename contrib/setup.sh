@@ -22,7 +22,7 @@ packages=(meson ninja-build pkg-config gcc libc6-dev
     libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge
     libopenmpi-dev openmpi-bin libpmix-dev libssl-dev libxxhash-dev check
     iproute2 util-linux procps attr openssh-server openssh-client sshfs fuse3
-    squashfs-tools squashfuse cppcheck python3 python3-fusepy)
+    squashfs-tools squashfuse cppcheck clang-tidy python3 python3-fusepy)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
