@@ -59,6 +59,35 @@ START_TEST(duration_units)
 }
 END_TEST
 
+/* Plain decimal integers (agent inputs, metadata and status fields). */
+START_TEST(u64_plain_decimal)
+{
+    uint64_t v = 1;
+
+    ck_assert_int_eq(sh_parse_u64("0", &v), 0);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(sh_parse_u64("18446744073709551615", &v), 0);
+    ck_assert_uint_eq(v, UINT64_MAX);
+    v = 7;
+    ck_assert_int_eq(sh_parse_u64("18446744073709551616", &v), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_uint_eq(v, 7); /* untouched on failure */
+    ck_assert_int_eq(sh_parse_u64("", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_u64("2x", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_u64(" 2", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_u64("+2", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_u64("-2", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_u64("2M", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_uint_eq(v, 7);
+}
+END_TEST
+
 static Suite *size_suite(void)
 {
     Suite *s = suite_create("size");
@@ -67,6 +96,7 @@ static Suite *size_suite(void)
     tcase_add_test(tc, size_units);
     tcase_add_test(tc, size_rejects);
     tcase_add_test(tc, duration_units);
+    tcase_add_test(tc, u64_plain_decimal);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -123,6 +123,39 @@ START_TEST(status_read_refuses_group_writable)
 }
 END_TEST
 
+/* The version line must be the number alone: "1x" was read as 1 by atoi. */
+START_TEST(status_read_refuses_malformed_version)
+{
+    static const char *const bad[] = { "version=1x\nresult=ok\n", "version=\nresult=ok\n",
+                                       "version=-1\nresult=ok\n" };
+    struct sh_status *r = dirty_status();
+
+    if (geteuid() != 0) {
+        free(r);
+        return; /* the reader trusts only root's files */
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        FILE *f = fopen(path, "w");
+
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_ge(fputs(bad[i], f), 0);
+        ck_assert_int_eq(fclose(f), 0);
+        ck_assert_int_eq(chmod(path, 0600), 0);
+        ck_assert_msg(sh_status_read(path, r) == -1 && errno == EPROTO, "accepted %s", bad[i]);
+    }
+    {
+        FILE *f = fopen(path, "w");
+
+        ck_assert_ptr_nonnull(f);
+        ck_assert_int_ge(fputs("version=1\nresult=ok\n", f), 0);
+        ck_assert_int_eq(fclose(f), 0);
+        ck_assert_int_eq(sh_status_read(path, r), 0);
+        ck_assert(r->ok);
+    }
+    free(r);
+}
+END_TEST
+
 static Suite *status_suite(void)
 {
     Suite *s = suite_create("status");
@@ -132,6 +165,7 @@ static Suite *status_suite(void)
     tcase_add_test(tc, status_round_trip_over_garbage);
     tcase_add_test(tc, status_read_missing_is_empty);
     tcase_add_test(tc, status_read_refuses_group_writable);
+    tcase_add_test(tc, status_read_refuses_malformed_version);
     suite_add_tcase(s, tc);
     return s;
 }
