@@ -36,7 +36,10 @@ tag=sec-id.$$
 src=/shared/$tok.img
 out=/shared/$tok.out
 dst=/nvme/$tok/sub/dir/img
+stopped=""
 cleanup() {
+    # shellcheck disable=SC2086  # a list of pids
+    [ -z "$stopped" ] || kill -CONT $stopped 2>/dev/null
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do
@@ -49,23 +52,33 @@ as_user sh -c "truncate -s 768M '$src' && head -c 65536 /dev/urandom | dd of='$s
 
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
          --wrap 'echo script-ran') || fail "sbatch: $id"
-# while the engines run: who they are
+# While the engines run: who they are. An engine runs for a second or two and
+# one look at a node takes a few hundred ms, more on a loaded host: each
+# engine is stopped (SIGSTOP) as soon as it is seen, which also holds up the
+# others' broadcast, until every node has been looked at.
 seen=0
 for _ in $(seq 1 300); do
     have=0
-    for n in $MINICLUSTER_NODES; do [ -n "$(engine_pids "$n" "$tok")" ] && have=$((have + 1)); done
+    for n in $MINICLUSTER_NODES; do
+        p=$(engine_pids "$n" "$tok")
+        [ -n "$p" ] || continue
+        # shellcheck disable=SC2086  # a list of pids
+        kill -STOP $p 2>/dev/null
+        stopped="$stopped $p"
+        have=$((have + 1))
+    done
     [ "$have" = "$k" ] && break
     sleep 0.02
 done
 [ "$have" = "$k" ] || fail "engines seen on $have of $k nodes (job $id: $(cat "$out" 2>/dev/null))"
-# one look per node, all nodes first (the engines run for a few seconds):
+# one look per node, all nodes first:
 # the engine, its PMIx host (parent) and the agent (grandparent), the
 # listeners, the runtime directory, and what another user (nobody) can see
 declare -A snap
 for n in $MINICLUSTER_NODES; do
     snap[$n]=$(on_node "$n" sh -c '
         id=$1; tok=$2
-        e=$(pgrep --ns $$ --nslist net -f "stagehand-bcast .*$tok" | head -1)
+        e=$(pgrep --ns $$ --nslist net -f "stagehand-bcast .*$tok" | grep -vx "$$" | head -1)
         [ -n "$e" ] || exit 0
         h=$(ps -o ppid= -p $e | tr -d " "); a=$(ps -o ppid= -p $h | tr -d " ")
         for p in $e $h $a; do
@@ -80,6 +93,8 @@ for n in $MINICLUSTER_NODES; do
         runuser -u nobody -- ls /run/stagehand/$id >/dev/null 2>&1 && echo "nobody-lists-rundir"
         true' sh "$id" "$tok")
 done
+# shellcheck disable=SC2086
+kill -CONT $stopped 2>/dev/null
 for n in $MINICLUSTER_NODES; do
     sn=${snap[$n]}
     [ "$(grep -c '^pid ' <<<"$sn")" = 3 ] || fail "$n: engine, host and agent not all seen: $sn"
