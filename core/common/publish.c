@@ -414,15 +414,30 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* Is @fd still the file named @lname in @dirfd? 1 yes, 0 no (removed or
+ * replaced), -1 error. */
+static int still_named(int dirfd, const char *lname, int fd)
+{
+    struct stat a, b;
+
+    if (fstat(fd, &a) != 0)
+        return -1;
+    if (fstatat(dirfd, lname, &b, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -1;
+    return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd)
 {
     char lname[NAME_MAX + 1];
     uint64_t deadline = now_ns() + timeout_ns;
+    unsigned reopened = 0;
     int fd;
 
     if (sh_publish_lockname(name, lname, sizeof(lname)) != 0)
         return -1;
+reopen:
     fd = openat(dirfd, lname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
@@ -430,8 +445,21 @@ int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
         struct timespec nap = { 0, 20L * 1000 * 1000 };
 
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-            *lockfd = fd;
-            return 0;
+            int named = still_named(dirfd, lname, fd);
+
+            if (named == 1) {
+                *lockfd = fd;
+                return 0;
+            }
+            sh_io_close_keep_errno(NULL, fd);
+            if (named < 0)
+                return -1;
+            /* The holder removed the file before letting go: the lock is
+             * the new file's. A few immediate tries even with no wait. */
+            if (++reopened <= 3 || now_ns() < deadline)
+                goto reopen;
+            errno = ETIMEDOUT;
+            return -1;
         }
         if (errno != EWOULDBLOCK && errno != EINTR) {
             sh_io_close_keep_errno(NULL, fd);
@@ -450,6 +478,20 @@ void sh_publish_unlock(int lockfd)
 {
     if (lockfd >= 0)
         close(lockfd);
+}
+
+int sh_publish_unlock_remove(int dirfd, const char *name, int lockfd)
+{
+    char lname[NAME_MAX + 1];
+    int rc = 0;
+
+    if (lockfd < 0)
+        return 0;
+    if (sh_publish_lockname(name, lname, sizeof(lname)) != 0 ||
+        (still_named(dirfd, lname, lockfd) == 1 && unlinkat(dirfd, lname, 0) != 0))
+        rc = -1;
+    sh_io_close_keep_errno(NULL, lockfd);
+    return rc;
 }
 
 /* A temp file not written for this long is a dead run's, not the holder's. */

@@ -56,7 +56,9 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
 void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src,
                       const struct sh_sched *sched, struct sh_dest *d,
                       struct sh_node_vote *v);
-/* Remove the temp file if any, release the lock, close the directory. */
+/* Remove the temp file if any, release the lock, close the directory. When
+ * DST does not exist (a failed or refused staging), its lock file is removed
+ * too, if no other run holds it. */
 void sh_dest_release(struct sh_dest *d);
 /* After the transfer: source status, local write errors, digest against the
  * reader's, fsync, size (F05), optional read-back. Returns 0 or -1 (@r

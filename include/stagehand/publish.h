@@ -98,14 +98,22 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
                      const char *host, uint64_t max_age_s, unsigned *removed);
 
 /* Take the per-DST exclusive lock: flock(2) on ".<name>.lock" in @dirfd
- * (created mode 0600 if missing, never unlinked: removing lock files races).
- * Waits at most @timeout_ns nanoseconds (case F03). Stores the lock fd.
- * Returns 0, or -1 with errno = ETIMEDOUT (bound reached), or open(2)'s
- * errno. */
+ * (created mode 0600 if missing). Waits at most @timeout_ns nanoseconds
+ * (case F03). A lock taken on a file that its previous holder removed
+ * meanwhile (sh_publish_unlock_remove) is dropped and taken again on the
+ * file that now has the name, so removing the lock file is safe. Stores the
+ * lock fd. Returns 0, or -1 with errno = ETIMEDOUT (bound reached), or
+ * open(2)'s / fstat(2)'s errno. */
 int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd);
 /* Release a lock taken with sh_publish_lock (closes the fd; fd < 0 no-op). */
 void sh_publish_unlock(int lockfd);
+/* Release the lock of @name in @dirfd held on @lockfd and remove its lock
+ * file first, for a run that leaves no DST behind (a failed staging): the
+ * file goes only while it is still the one locked. @lockfd < 0 is a no-op.
+ * Returns 0, or -1 with errno from unlinkat(2) (the lock is released
+ * either way). */
+int sh_publish_unlock_remove(int dirfd, const char *name, int lockfd);
 
 /* Who holds the lock of @name in @dirfd, for a run that finds it busy: the
  * run whose temp file for @name (sh_publish_tmpname) is there, written to in

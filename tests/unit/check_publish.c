@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -423,6 +424,52 @@ START_TEST(lock_owner_from_temp)
 }
 END_TEST
 
+/* A failed run removes its lock file while it still holds it; a run that
+ * was waiting on the removed file takes the lock again on the file that
+ * now has the name, so two runs never both hold "the" lock. */
+START_TEST(lock_file_removed_by_holder)
+{
+    int a = -1, b = -1, status = 0;
+    struct stat held, named;
+    pid_t pid;
+
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        /* waits on the file A holds, then must end up on the new one */
+        int c = -1;
+
+        close(a); /* the inherited descriptor would hold A's lock too */
+        if (sh_publish_lock(dirfd_, "img", 3000000000ULL, &c) != 0)
+            _exit(10);
+        if (fstat(c, &held) != 0 || fstatat(dirfd_, ".img.lock", &named, 0) != 0)
+            _exit(11);
+        _exit(held.st_ino == named.st_ino ? 0 : 12);
+    }
+    usleep(200 * 1000); /* the child is waiting on A's file */
+    ck_assert_int_eq(sh_publish_unlock_remove(dirfd_, "img", a), 0);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the waiting run did not take the lock on the current file (status %d)",
+                  status);
+    /* the child's lock died with it; the file it created is there */
+    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), 0);
+    /* removal by a holder whose file was already replaced leaves the new one */
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), 0);
+    ck_assert_int_eq(fstat(a, &held), 0);
+    ck_assert_int_eq(unlinkat(dirfd_, ".img.lock", 0), 0);
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &b), 0); /* a new file */
+    ck_assert_int_eq(sh_publish_unlock_remove(dirfd_, "img", a), 0);
+    ck_assert_int_eq(fstatat(dirfd_, ".img.lock", &named, 0), 0);
+    ck_assert_uint_ne(named.st_ino, held.st_ino);
+    ck_assert_int_eq(sh_publish_unlock_remove(dirfd_, "img", b), 0);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert_int_eq(sh_publish_unlock_remove(dirfd_, "img", -1), 0);
+}
+END_TEST
+
 /* A symbolic link planted where the lock file goes is never followed. */
 START_TEST(lock_symlink_refused)
 {
@@ -509,6 +556,7 @@ int main(void)
     tcase_add_test(tc, lock_bounded_wait);
     tcase_add_test(tc, lock_owner_from_temp);
     tcase_add_test(tc, lock_symlink_refused);
+    tcase_add_test(tc, lock_file_removed_by_holder);
     tcase_add_test(tc, open_dir_creates_parents);
     tcase_add_test(tc, signal_cleanup_unlinks);
     tcase_add_test(tc, publish_buffer_and_empty);
