@@ -90,7 +90,7 @@ run_job() { # label
     sed 's/^/    /' "$out"
 }
 
-step "sbatch -N$nodes --stage-image=$img:/nvme/images/rootfs.sqsh (first run: copies)"
+step "sbatch -N$nodes --stage-verbose --stage-image=$img:/nvme/images/rootfs.sqsh (first run: copies)"
 run_job first
 
 step "check every node's copy from inside its namespace"

@@ -499,8 +499,8 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
         buf = ri->has_dst ? ri->dst : ri->src;
         len = ri->has_dst ? &ri->dst_len : &ri->src_len;
         if (*len + 1 >= PATH_MAX) {
-            sh_errf(err, errlen, "a path is too long (%d bytes or more; "
-                   "PATH_MAX)", PATH_MAX);
+            sh_errf(err, errlen, "the %s path is too long (%d bytes or more; "
+                   "PATH_MAX)", ri->has_dst ? "destination" : "source", PATH_MAX);
             errno = ENAMETOOLONG;
             return -1;
         }

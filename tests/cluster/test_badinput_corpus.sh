@@ -108,9 +108,9 @@ row "$s/dir/:/nvme/$tok/x" "source '$s/dir/' ends in '/': it must name a file"
 row "/" "source '/' ends in '/': it must name a file"
 row "/.:/nvme/$tok/x" "source '/.' ends in '/': it must name a file"
 # too long
-row "$long_src" "a path is too long (4096 bytes or more; PATH_MAX)" "/shared/aaaa"
+row "$long_src" "the source path is too long (4096 bytes or more; PATH_MAX)" "/shared/aaaa"
 row "$I:/nvme/$tok/$long_name" "a component is longer than 255 bytes (NAME_MAX)" "$I:/nvme/$tok/bbbb"
-row "$I:/nvme/$(for _ in $(seq 1 460); do printf 'abcdefgh/'; done)x" "a path is too long (4096 bytes or more; PATH_MAX)" "$I:/nvme/abcdefgh/"
+row "$I:/nvme/$(for _ in $(seq 1 460); do printf 'abcdefgh/'; done)x" "the destination path is too long (4096 bytes or more; PATH_MAX)" "$I:/nvme/abcdefgh/"
 row "$many" "more than 64 images in one job" "$I:/nvme/$tok/m0,"
 # control bytes: refused, shown as \xHH
 row $'/shared/a\x01b.sqsh:/nvme/x' "control character (byte 0x01) in a path" '/shared/a\x01b.sqsh:/nvme/x'

@@ -42,10 +42,12 @@ run_job() {
     wait_job_end "$id" 90
 }
 
-no_partial() { # DST absent everywhere, no temp files
+no_partial() { # DST absent everywhere, no temp files, no lock file
     local n
     for n in $MINICLUSTER_NODES; do
         on_node "$n" test ! -e "$dst" || fail "$n: $dst exists after a failed staging"
+        on_node "$n" test ! -e "$(dirname "$dst")/.$(basename "$dst").lock" ||
+            fail "$n: the lock file of $dst is left after a failed staging"
     done
     left=$(temp_files_in "$mnt")
     [ -z "$left" ] || fail "temp files left: $left"
@@ -92,8 +94,9 @@ case "$st" in
     *) fail "(b) job $id ended $st: $(cat "$out")" ;;
 esac
 [ -z "$(temp_files_in "$mnt")" ] || fail "(b) temp files left: $(temp_files_in "$mnt")"
-on_node "$victim" rm -f "$mnt/filler" "$dst"
-for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst"; done
+# DST and its lock file go (a read-only filesystem below keeps what is there)
+on_node "$victim" rm -f "$mnt/filler"
+for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst" "$mnt/.img.lock"; done
 assert_no_drain
 
 # (c) read-only (EROFS after NVMe errors, F31): a node fault, named
