@@ -5,9 +5,10 @@
 #
 # On a fresh Debian 12 machine (as root) it installs the Debian packages it
 # needs, builds, runs the unit tests under AddressSanitizer and
-# UndefinedBehaviorSanitizer, lints, installs a release build into
-# /opt/stagehand, brings the local Slurm test cluster up, runs every cluster
-# test, brings the cluster down (also on failure), and ends with the line
+# UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy), installs a release
+# build into /opt/stagehand, brings the local Slurm test cluster up, runs every
+# cluster test, the Debian package test and the benchmark's smoke variant,
+# brings the cluster down (also on failure), and ends with the line
 #   N passed, N failed[, N skipped]
 # counting every test it ran. Exit status is non-zero if any test failed.
 set -uo pipefail
