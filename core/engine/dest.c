@@ -259,21 +259,25 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
     sh_msgf(v->reason, sizeof(v->reason), "%s", why);
 }
 
-void sh_dest_release(struct sh_dest *d)
+/* Is there no DST (nothing under its name, not even a link) on this node? */
+static bool dst_absent(const struct sh_dest *d)
 {
     struct stat st;
 
+    return fstatat(d->dirfd, d->name, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT;
+}
+
+void sh_dest_release(struct sh_dest *d)
+{
     if (d->have_temp)
         sh_publish_abort(&sh_guard_pub);
     d->have_temp = 0;
     /* No DST here (the staging failed or was refused): leave no lock file
      * beside the name either, unless another run holds it now. */
-    if (d->dirfd >= 0 && fstatat(d->dirfd, d->name, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
-        errno == ENOENT) {
+    if (d->dirfd >= 0 && dst_absent(d)) {
         if (d->lockfd < 0 && sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0)
             d->lockfd = -1;
-        if (d->lockfd >= 0 && fstatat(d->dirfd, d->name, &st, AT_SYMLINK_NOFOLLOW) != 0 &&
-            errno == ENOENT) {
+        if (d->lockfd >= 0 && dst_absent(d)) {
             sh_publish_unlock_remove(d->dirfd, d->name, d->lockfd);
             d->lockfd = -1;
         }
