@@ -1,7 +1,6 @@
 #include "config.h"
 #include "opts.h"
 
-#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -107,18 +106,14 @@ static enum sh_opts_result fail(char *err, size_t errlen, const char *fmt, ...)
     return SH_OPTS_ERROR;
 }
 
+/* A plain decimal integer (sh_parse_u64) of at most @max. */
 static int parse_uint(const char *text, unsigned long max, unsigned long *out)
 {
-    char *end;
-    unsigned long v;
+    uint64_t v;
 
-    if (text[0] < '0' || text[0] > '9')
+    if (sh_parse_u64(text, &v) != 0 || v > max)
         return -1;
-    errno = 0;
-    v = strtoul(text, &end, 10);
-    if (errno != 0 || *end != '\0' || v > max)
-        return -1;
-    *out = v;
+    *out = (unsigned long)v;
     return 0;
 }
 
