@@ -1067,3 +1067,10 @@ fail:
     errno = err;
     return -1;
 }
+
+/* The module's entry points for the agent (sh_pmix_load). */
+__attribute__((visibility("default"))) const struct sh_pmix_ops sh_pmix_module_ops = {
+    .run = sh_pmix_run,
+    .outcome_free = sh_pmix_outcome_free,
+    .make_nspace = sh_pmix_make_nspace,
+};

@@ -586,6 +586,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     struct sh_ctl_cfg cc;
     struct sh_ctl *sub = NULL;
     struct sh_pmix_outcome po;
+    const struct sh_pmix_ops *px;
     const char **names = NULL;
     char nspace[128], segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
@@ -596,6 +597,12 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     int run_errno = 0;
     uint64_t secs;
 
+    /* This node runs an engine: now, and only now, the PMIx host. */
+    px = sh_pmix_load(err, errlen);
+    if (px == NULL) {
+        a->own_fault = true; /* this node's installation */
+        return -1;
+    }
     names = calloc(npart, sizeof(*names));
     if (names == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -620,7 +627,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
 again:
     free(ns);
     ns = NULL;
-    if (mypos == 0 && sh_pmix_make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0) {
+    if (mypos == 0 && px->make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0) {
         snprintf(err, errlen, "PMIx namespace: %s", strerror(errno));
         goto out;
     }
@@ -722,7 +729,7 @@ again:
             close(logfd);
         }
         memset(&po, 0, sizeof(po));
-        rc = sh_pmix_run(&pc, &po);
+        rc = px->run(&pc, &po);
         run_errno = errno;
         if (saved_out >= 0) {
             dup2(saved_out, STDOUT_FILENO);
@@ -738,7 +745,7 @@ again:
             sh_warn("stage", "%s: the engine on node %s died of signal %d while MPI "
                     "started (before any data moved): starting it again on every node",
                     sh_spec_set_dst(a->specs, img), names[crashed], sig);
-            sh_pmix_outcome_free(&po);
+            px->outcome_free(&po);
             attempt++;
             goto again;
         }
@@ -756,7 +763,7 @@ again:
             *outcome = po.message[0] != '\0';
             snprintf(err, errlen, "%s", po.message[0] != '\0' ? po.message : strerror(run_errno));
         }
-        sh_pmix_outcome_free(&po);
+        px->outcome_free(&po);
     }
 out:
     free(ns);

@@ -82,4 +82,29 @@ void sh_pmix_outcome_free(struct sh_pmix_outcome *out);
  * the RNG, ENAMETOOLONG when @len is too small). */
 int sh_pmix_make_nspace(uint64_t jobid, char *buf, size_t len);
 
+/* The PMIx host is built as a module of its own, SH_PMIX_MODULE_PATH, the
+ * only part of the agent that links libpmix (and through it libevent, hwloc,
+ * udev and munge). An agent loads it when its node runs an engine, so the
+ * agent of a node that only votes (its copy is current, the no-op) starts
+ * without mapping and relocating those libraries: 5 of the agent's 12 shared
+ * objects, about a third of its start-up CPU time (bench/results/history.md).
+ * The module resolves the control-plane, log and RNG functions it calls
+ * (sh_ctl_*, sh_log, sh_random_bytes) from the agent executable, which
+ * exports them (core/agent/agent.dynlist). */
+struct sh_pmix_ops {
+    int (*run)(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out);
+    void (*outcome_free)(struct sh_pmix_outcome *out);
+    int (*make_nspace)(uint64_t jobid, char *buf, size_t len);
+};
+
+/* The module's one exported symbol: the three functions above. */
+extern const struct sh_pmix_ops sh_pmix_module_ops;
+
+/* Load the module (dlopen(3) of SH_PMIX_MODULE_PATH, RTLD_NOW | RTLD_LOCAL)
+ * on the first call and return its entry points, which stay valid for the
+ * life of the process (the module is never unloaded). Returns NULL with the
+ * reason (dlerror(3): a missing or broken installation of this node) in
+ * @err. Not thread-safe: the agent is single-threaded when it calls it. */
+const struct sh_pmix_ops *sh_pmix_load(char *err, size_t errlen);
+
 #endif

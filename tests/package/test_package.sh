@@ -150,9 +150,12 @@ fi
 plugin=/usr/lib/$multiarch/slurm-wlm/stagehand.so
 agent=/usr/libexec/stagehand-agent
 engine=/usr/bin/stagehand-bcast
+pmixmod=/usr/lib/$multiarch/stagehand/stagehand-pmix.so
 config_h=$(find "$src" -path "$src/debian" -prune -o -name config.h -path '*obj-*' -print | head -1)
 check "plugin default agent= is $agent" grep -qF "#define SH_AGENT_PATH \"$agent\"" "$config_h"
 check "plugin default engine= is $engine" grep -qF "#define SH_ENGINE_PATH \"$engine\"" "$config_h"
+check "the agent loads its PMIx module from $pmixmod" \
+    grep -qF "#define SH_PMIX_MODULE_PATH \"$pmixmod\"" "$config_h"
 
 # ---- install -----------------------------------------------------------
 echo "== apt-get install $deb"
@@ -166,7 +169,7 @@ fi
 
 # ---- installed layout --------------------------------------------------
 listing=$(dpkg-query -L "$pkg")
-for f in "$plugin" "$agent" "$engine" /usr/sbin/stagehand-keygen \
+for f in "$plugin" "$agent" "$engine" "$pmixmod" /usr/sbin/stagehand-keygen \
     /usr/share/man/man8/stagehand.8.gz /usr/share/man/man1/stagehand-bcast.1.gz \
     /usr/share/man/man8/stagehand-keygen.8.gz \
     /etc/slurm/plugstack.conf.d/stagehand.conf \
@@ -192,13 +195,20 @@ if grep -qE 'libcrypto|libpmix|libmpi|libslurm|not found' <<<"$deps"; then
 else
     ok "ldd: the plugin needs no libcrypto, libpmix, libmpi or libslurm"
 fi
-for f in "$agent" "$engine"; do
+for f in "$agent" "$engine" "$pmixmod"; do
     if ldd "$f" | grep -q 'not found'; then
         bad "ldd $f: $(ldd "$f" | grep 'not found')"
     else
         ok "ldd: every library of $f is found"
     fi
 done
+# The agent maps libpmix only on a node that runs an engine, through its
+# module; the module resolves the agent's control-plane functions.
+check "ldd: the agent does not link libpmix" test -z "$(ldd "$agent" | grep libpmix || true)"
+check "ldd: the PMIx module links libpmix" grep -q libpmix <<<"$(ldd "$pmixmod")"
+check "the PMIx module exports only sh_pmix_module_ops" \
+    test "$(nm -D --defined-only "$pmixmod" | awk '{ print $3 }')" = sh_pmix_module_ops
+check "the PMIx module is root-owned, mode 0644" test "$(stat -c '%U %a' "$pmixmod")" = "root 644"
 exports=$(nm -D --defined-only "$plugin" | awk '{ print $3 }')
 extra=$(grep -vE '^(plugin_(name|type|version)|slurm_spank_[a-z_]+)$' <<<"$exports" || true)
 if [ -z "$extra" ] && grep -q '^slurm_spank_init$' <<<"$exports" &&
@@ -226,7 +236,7 @@ for m in /usr/share/man/man8/stagehand.8.gz /usr/share/man/man1/stagehand-bcast.
     fi
 done
 text=$(LC_ALL=C.UTF-8 MANWIDTH=200 man -l /usr/share/man/man8/stagehand.8.gz 2>/dev/null)
-for p in "$plugin" "$agent" "$engine"; do
+for p in "$plugin" "$agent" "$engine" "$pmixmod"; do
     check "stagehand(8) names $p" grep -qF "$p" <<<"$text"
 done
 check "stagehand(8) has no unfilled @...@" test -z "$(grep -E '@[A-Z]+@' <<<"$text" || true)"
