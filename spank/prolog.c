@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -32,6 +34,7 @@
 #include "internal.h"
 #include "stagehand/agentio.h"
 #include "stagehand/clock.h"
+#include "stagehand/ctlport.h"
 #include "stagehand/io.h"
 #include "stagehand/kv.h"
 #include "stagehand/rmtree.h"
@@ -40,6 +43,11 @@
 /* Seconds the agent gets beyond the staging deadline to report and clean up
  * before its process group is killed. */
 #define PROLOG_GRACE_S 10
+
+/* The descriptor a woken sentinel hands the agent its listener on. */
+#define SH_SENTINEL_LISTENER_FD 3
+/* A sentinel's process name (prctl(2) PR_SET_NAME), for ps and the epilog. */
+#define SH_SENTINEL_NAME "sh-sentinel"
 
 /* Create the root-owned runtime directory /run/stagehand (0755), refusing a
  * symlink or a directory owned by anyone else. */
@@ -67,10 +75,12 @@ static const char *env_or(const char *name, const char *alt)
     return v != NULL ? v : "";
 }
 
-/* Write the agent's inputs (stagehand/agentio.h) to @fd; @detached: the
- * prolog ends without the agent (local=current). */
-static int write_inputs(int fd, const struct sh_stage_job *job, bool detached, int ac,
-                        char **av)
+/* Write the agent's inputs (stagehand/agentio.h) to @fd, which is closed;
+ * @detached: the prolog ends without the agent (local=current); @listener
+ * >= 0: the agent's descriptor of the control-plane listener a sentinel
+ * bound (listener=). */
+static int write_inputs(int fd, const struct sh_stage_job *job, bool detached,
+                        int listener, int ac, char **av)
 {
     FILE *f = fdopen(fd, "w");
     int rc = 0;
@@ -92,6 +102,8 @@ static int write_inputs(int fd, const struct sh_stage_job *job, bool detached, i
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
     if (detached)
         rc |= sh_kv_put(f, SH_AGENT_IN_LOCAL, "current");
+    if (listener >= 0)
+        rc |= sh_kv_putf(f, SH_AGENT_IN_LISTENER, "%d", listener);
     rc |= fprintf(f, "%s\n", SH_AGENT_IN_END) < 0 ? -1 : 0;
     if (fclose(f) != 0)
         rc = -1;
@@ -309,7 +321,7 @@ static void record_detached(const struct sh_stage_job *job, pid_t pid)
  * process still runs (pid and start time), with its process group. */
 static void stop_detached(int rfd, uint32_t jobid, const char *name)
 {
-    char text[64];
+    char text[64], path[64], comm[32];
     unsigned long long start = 0;
     int pid = 0;
 
@@ -318,40 +330,130 @@ static void stop_detached(int rfd, uint32_t jobid, const char *name)
     if (sscanf(text, "%d %llu", &pid, &start) != 2 || pid <= 1 || start == 0 ||
         proc_starttime((pid_t)pid) != start)
         return;
-    slurm_info("stagehand: epilog: job %u: stopping agent %d, still serving other nodes",
-               jobid, pid);
+    snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+    if (sh_read_small_at(AT_FDCWD, path, comm, sizeof(comm)) > 0 &&
+        strncmp(comm, SH_SENTINEL_NAME "\n", sizeof(SH_SENTINEL_NAME)) == 0)
+        slurm_debug("stagehand: epilog: job %u: stopping sentinel %d: no other node "
+                    "needed this one", jobid, pid);
+    else
+        slurm_info("stagehand: epilog: job %u: stopping agent %d, still serving other "
+                   "nodes", jobid, pid);
     kill(-pid, SIGKILL);
 }
 
-/* This node's copies are current (sh_local_current): start the agent
- * detached, for the other nodes (it votes, relays in the control tree and, on
- * node 0, reads SRC), and remember it for the epilog. This node's outcome
- * stays a success if it cannot start: the other nodes' agents report this
- * node as missing. */
+/* Sentinel (a child of the prolog's slurmstepd, never exec'd unless woken):
+ * bind the job's control-plane port, tell the prolog through @ready, wait
+ * for a connection for at most @wait_ms, then exec the agent on that
+ * listener. Started by start_detached; never returns. */
+static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
+                                               const struct sh_stage_job *job, int ac,
+                                               char **av, int ready, int wait_ms)
+{
+    static char arg0[] = "stagehand-agent";
+    static char arg1[] = "--prolog";
+    static char env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+    char *argv[] = { arg0, arg1, NULL };
+    char *envp[] = { env_path, NULL };
+    uint32_t probe = cfg->port_range < SH_CTL_PROBE_MAX ? cfg->port_range : SH_CTL_PROBE_MAX;
+    uint16_t port = 0;
+    sigset_t none;
+    int lfd, in, nul;
+    char c = 1;
+
+    /* Its own session: slurmd kills the prolog's process group when the
+     * prolog ends. No descriptor of slurmstepd's but @ready: the job's
+     * staging lock (lock_job_staging) must not outlive the prolog. */
+    setsid();
+    (void)prctl(PR_SET_NAME, SH_SENTINEL_NAME, 0, 0, 0);
+    close_range(STDERR_FILENO + 1, (unsigned)ready - 1, 0);
+    close_range((unsigned)ready + 1, ~0U, 0);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    lfd = sh_ctl_bind(NULL, job->jobid, SH_AGENT_STEP_JOB, cfg->port_base, cfg->port_range,
+                      probe, 128, &port);
+    (void)!write(ready, &c, 1);
+    close(ready);
+    if (lfd >= 0) {
+        struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+        int rc;
+
+        while ((rc = poll(&pfd, 1, wait_ms)) < 0 && errno == EINTR)
+            ;
+        if (rc <= 0)
+            _exit(0); /* nobody came: no other node needed this one */
+        if (lfd != SH_SENTINEL_LISTENER_FD) {
+            if (dup2(lfd, SH_SENTINEL_LISTENER_FD) < 0)
+                _exit(1);
+            close(lfd);
+        }
+        if (fcntl(SH_SENTINEL_LISTENER_FD, F_SETFD, 0) != 0) /* kept across exec */
+            _exit(1);
+    }
+    /* Woken (or no port to hold: the agent binds its own, as before). */
+    in = memfd_create("stagehand-agent-inputs", 0);
+    if (in < 0 || write_inputs(dup(in), job, true, lfd >= 0 ? SH_SENTINEL_LISTENER_FD : -1,
+                               ac, av) != 0 || lseek(in, 0, SEEK_SET) != 0 ||
+        dup2(in, STDIN_FILENO) < 0)
+        _exit(1);
+    nul = open("/dev/null", O_WRONLY);
+    if (nul < 0 || dup2(nul, STDOUT_FILENO) < 0)
+        _exit(1);
+    if (fcntl(STDERR_FILENO, F_GETFD) < 0)
+        dup2(nul, STDERR_FILENO);
+    close_range(SH_SENTINEL_LISTENER_FD + 1, ~0U, 0);
+    if (lfd < 0)
+        close(SH_SENTINEL_LISTENER_FD);
+    execve(cfg->agent, argv, envp);
+    _exit(127);
+}
+
+/* This node's copies are current (sh_local_current): leave the other nodes a
+ * sentinel, and remember it for the epilog. The sentinel (a fork, no exec:
+ * no library is loaded) holds this node's control-plane port in a session
+ * of its own; only when a connection arrives, from another node's agent
+ * (this node's children connect to it; its parent wakes it: sh_ctl_join),
+ * does it start the agent on that port, detached: it votes, relays in the
+ * control tree and, on node 0, reads SRC. When every node is current no
+ * agent starts anywhere: the no-op at N=8 on the emulated cluster spent most
+ * of its time in 8 agents starting at once (bench/results/history.md). The
+ * sentinel ends after join_timeout (no other node can still join) or in the
+ * epilog. Without a free port it starts the agent at once, which then binds
+ * its own. This node's outcome stays a success if neither starts: the other
+ * nodes' agents report this node as missing. */
 static void start_detached(const struct sh_config *cfg, const struct sh_stage_job *job,
                            int ac, char **av)
 {
-    int in_pipe[2] = { -1, -1 }, rc;
+    int ready[2] = { -1, -1 };
+    int64_t wait_ns = (int64_t)cfg->join_timeout_ns;
+    struct pollfd pfd;
     pid_t pid;
+    char c;
 
-    if (pipe2(in_pipe, O_CLOEXEC) != 0 || (in_pipe[0] = above_stdio(in_pipe[0])) < 0) {
+    if (pipe2(ready, O_CLOEXEC) != 0) {
         slurm_error("stagehand: job %u: pipe: %s (the other nodes go without this "
                     "node's agent)", job->jobid, strerror(errno));
-        close_pipe(in_pipe);
         return;
     }
-    rc = spawn_agent(cfg->agent, in_pipe[0], -1, &pid);
-    close(in_pipe[0]);
-    if (rc != 0) {
-        slurm_error("stagehand: job %u: cannot start the agent %s: %s (the other nodes "
-                    "go without this node's agent)", job->jobid, cfg->agent, strerror(rc));
-        close(in_pipe[1]);
+    pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        sentinel(cfg, job, ac, av, ready[1],
+                 wait_ns / SH_NS_PER_MS > INT32_MAX ? INT32_MAX
+                                                     : (int)(wait_ns / SH_NS_PER_MS));
+    }
+    close(ready[1]);
+    if (pid < 0) {
+        slurm_error("stagehand: job %u: fork: %s (the other nodes go without this "
+                    "node's agent)", job->jobid, strerror(errno));
+        close(ready[0]);
         return;
     }
-    signal(SIGPIPE, SIG_IGN);
-    if (write_inputs(in_pipe[1], job, true, ac, av) != 0)
-        slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
-                    job->jobid, strerror(errno));
+    /* Bounded wait until it has its own session and its port. */
+    pfd = (struct pollfd){ .fd = ready[0], .events = POLLIN };
+    if (poll(&pfd, 1, 1000) == 1)
+        (void)!read(ready[0], &c, 1);
+    close(ready[0]);
     record_detached(job, pid);
 }
 
@@ -473,7 +575,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     slurm_debug("stagehand: job %u: agent %d started %.1f ms after the plugin was called",
                 job->jobid, (int)pid, (double)(sh_now_ns() - t_entry) / 1e6);
     signal(SIGPIPE, SIG_IGN);
-    if (write_inputs(in_pipe[1], job, false, ac, av) != 0)
+    if (write_inputs(in_pipe[1], job, false, -1, ac, av) != 0)
         slurm_error("stagehand: job %u: cannot pass inputs to the agent: %s",
                     job->jobid, strerror(errno));
 

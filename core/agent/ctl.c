@@ -8,6 +8,7 @@
 #include "stagehand/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -70,29 +71,9 @@ static int in_subtree(uint32_t node, uint32_t top, uint32_t k)
     return node == top;
 }
 
-uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
-                            uint16_t range)
-{
-    /* splitmix64 finaliser: neighbouring job ids land far apart. */
-    uint64_t x = jobid * 0x9e3779b97f4a7c15ULL ^ (stepid + 0x632be59bd9b4e019ULL);
-
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    if (range == 0)
-        return base;
-    return (uint16_t)(base + (uint16_t)(x % range));
-}
-
 static uint16_t probe_port(const struct sh_ctl *ctl, uint32_t step)
 {
-    uint16_t first = sh_ctl_derive_port(ctl->jobid, ctl->stepid, ctl->port_base,
-                                        ctl->port_range);
-    uint32_t off = ((uint32_t)(first - ctl->port_base) + step) % ctl->port_range;
-
-    return (uint16_t)(ctl->port_base + off);
+    return sh_ctl_probe_port(ctl->jobid, ctl->stepid, ctl->port_base, ctl->port_range, step);
 }
 
 const char *sh_ctl_name(const struct sh_ctl *ctl, uint32_t index)
@@ -118,54 +99,64 @@ static void set_nodelay(int fd)
 
 static int listen_any(struct sh_ctl *ctl)
 {
-    for (uint32_t step = 0; step < ctl->port_probe; step++) {
-        uint16_t port = probe_port(ctl, step);
-        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                                  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-        struct addrinfo *ai = NULL;
-        char service[8];
-        int rc;
-        int in_use = 0;
+    uint16_t port = 0;
+    int fd = sh_ctl_bind(ctl->bind_addr, ctl->jobid, ctl->stepid, ctl->port_base,
+                         ctl->port_range, ctl->port_probe,
+                         (int)(ctl->nchild < 64 ? ctl->nchild + 16 : 128), &port);
 
-        snprintf(service, sizeof(service), "%u", port);
-        rc = getaddrinfo(ctl->bind_addr, service, &hints, &ai);
-        if (rc != 0) {
-            sh_error("ctl", "cannot resolve listen address %s: %s",
-                     ctl->bind_addr != NULL ? ctl->bind_addr : "(any)",
-                     gai_strerror(rc));
-            errno = EINVAL;
-            return -1;
-        }
-        for (struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
-            int one = 1;
-            int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                            a->ai_protocol);
-
-            if (fd < 0)
-                continue;
-            (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-            if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-                listen(fd, (int)(ctl->nchild < 64 ? ctl->nchild + 16 : 128)) == 0) {
-                freeaddrinfo(ai);
-                ctl->listen_fd = fd;
-                ctl->listen_port = port;
-                sh_debug("ctl", "listening on port %u", port);
-                return 0;
-            }
-            if (errno == EADDRINUSE)
-                in_use = 1;
-            close(fd);
-        }
-        freeaddrinfo(ai);
-        if (!in_use)
-            break;
-        sh_debug("ctl", "port %u is taken, probing upward", port);
+    if (fd < 0) {
+        if (errno == EINVAL)
+            sh_error("ctl", "cannot resolve listen address %s",
+                     ctl->bind_addr != NULL ? ctl->bind_addr : "(any)");
+        else
+            sh_error("ctl", "no free control-plane port among %u ports from %u (range "
+                     "%u-%u): %s", ctl->port_probe, probe_port(ctl, 0), ctl->port_base,
+                     ctl->port_base + ctl->port_range - 1, strerror(errno));
+        return -1;
     }
-    sh_error("ctl", "no free control-plane port among %u ports from %u (range %u-%u): %s",
-             ctl->port_probe, probe_port(ctl, 0), ctl->port_base,
-             ctl->port_base + ctl->port_range - 1, strerror(errno));
-    errno = EADDRINUSE;
-    return -1;
+    ctl->listen_fd = fd;
+    ctl->listen_port = port;
+    sh_debug("ctl", "listening on port %u", port);
+    return 0;
+}
+
+/* Take the listener a sentinel bound for this node (sh_ctl_cfg.listen_fd):
+ * it must be a listening TCP socket on one of this step's probed ports. */
+static int adopt_listener(struct sh_ctl *ctl, int fd)
+{
+    struct sockaddr_storage ss = { 0 };
+    socklen_t len = sizeof(ss);
+    int listening = 0, flags;
+    socklen_t olen = sizeof(listening);
+    uint16_t port = 0;
+    uint32_t step;
+
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &olen) != 0 || !listening ||
+        getsockname(fd, (struct sockaddr *)&ss, &len) != 0 ||
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
+        sh_error("ctl", "descriptor %d handed over as the control-plane listener is not "
+                 "a listening TCP socket", fd);
+        errno = EINVAL;
+        return -1;
+    }
+    port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                         : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    for (step = 0; step < ctl->port_probe && probe_port(ctl, step) != port; step++)
+        ;
+    if (step == ctl->port_probe) {
+        sh_error("ctl", "the handed-over listener's port %u is not one of this step's "
+                 "ports", port);
+        errno = EINVAL;
+        return -1;
+    }
+    flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+        fcntl(fd, F_SETFD, FD_CLOEXEC) != 0)
+        return -1;
+    ctl->listen_fd = fd;
+    ctl->listen_port = port;
+    sh_debug("ctl", "listening on port %u (handed over)", port);
+    return 0;
 }
 
 /* Non-blocking connect bounded by @deadline_ns. Returns the fd or -1. */
@@ -324,6 +315,48 @@ static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, bool quick, int *
     return -1;
 }
 
+/* Wake child @c if a sentinel holds its port: on a node whose copies are
+ * current the plugin leaves no agent but a sentinel that listens on the
+ * node's port and starts the agent when a connection arrives (spank/prolog.c).
+ * A connection that is closed at once wakes it; for a listening agent it is
+ * a handshake that ends before its first byte (nothing is logged). Another
+ * job's process may hold an earlier port of the sequence, so every port that
+ * accepts is poked, up to the first that refuses (@full: past refusals too,
+ * as try_parent's full rounds) or does not answer within
+ * SH_CTL_POKE_TIMEOUT (the host is down: the join's deadline deals with it). */
+static void poke_child(const struct sh_ctl *ctl, uint32_t c, bool full, int64_t deadline_ns)
+{
+    const char *host = ctl->addrs != NULL ? ctl->addrs[c] : ctl->names[c];
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                              .ai_flags = AI_NUMERICSERV };
+    struct addrinfo *ai = NULL;
+
+    if (getaddrinfo(host, "0", &hints, &ai) != 0)
+        return;
+    for (uint32_t step = 0; step < ctl->port_probe; step++) {
+        for (const struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
+            int64_t until = sh_now_ns() + SH_CTL_POKE_TIMEOUT;
+            struct sockaddr_storage ss;
+            struct addrinfo one;
+            int fd;
+
+            if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
+                continue;
+            with_port(a, probe_port(ctl, step), &ss, &one);
+            fd = connect_bounded(&one, until < deadline_ns ? until : deadline_ns);
+            if (fd >= 0) {
+                close(fd);
+                break; /* this port is poked; on to the next */
+            }
+            if (errno != ECONNREFUSED || !full) {
+                freeaddrinfo(ai);
+                return;
+            }
+        }
+    }
+    freeaddrinfo(ai);
+}
+
 struct accept_arg {
     struct sh_ctl *ctl;
 };
@@ -421,7 +454,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
 {
     struct sh_ctl *ctl;
     int64_t my_deadline;
-    int64_t next_try;
+    int64_t next_try, next_poke;
     int64_t t_start = sh_now_ns();
     unsigned attempts = 0;
     int last_err = ETIMEDOUT;
@@ -450,7 +483,8 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     ctl->port_base = cfg->port_base;
     ctl->port_range = cfg->port_range;
     ctl->port_probe = cfg->port_probe != 0 ? cfg->port_probe
-                      : (cfg->port_range < 64 ? cfg->port_range : 64);
+                      : (cfg->port_range < SH_CTL_PROBE_MAX ? cfg->port_range
+                                                            : SH_CTL_PROBE_MAX);
     if (ctl->port_probe > ctl->port_range)
         ctl->port_probe = ctl->port_range;
     ctl->jobid = cfg->jobid;
@@ -468,14 +502,18 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
             goto fail;
         for (uint32_t j = 0; j < ctl->nchild; j++)
             ctl->child[j].fd = -1;
-        if (listen_any(ctl) != 0)
-            goto fail;
     }
+    /* A leaf keeps a handed-over listener until it has joined: its parent's
+     * wake-ups land there (poke_child) */
+    if (cfg->inherit_listener ? adopt_listener(ctl, cfg->listen_fd) != 0
+                              : ctl->nchild > 0 && listen_any(ctl) != 0)
+        goto fail;
 
     /* A node gives up one margin before its parent does, so a parent still
      * listens while its children make their last attempts. */
     my_deadline = deadline_ns - (int64_t)ctl->depth * ctl->margin;
     next_try = t_start;
+    next_poke = t_start;
     while (sh_now_ns() < my_deadline) {
         int need_parent = ctl->index != 0 && ctl->parent.fd < 0;
         int64_t wake = my_deadline;
@@ -494,6 +532,18 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
         }
         if (need_parent && next_try < wake)
             wake = next_try;
+        if (children_connected(ctl) < ctl->nchild) {
+            if (sh_now_ns() >= next_poke) {
+                bool full = sh_now_ns() - t_start >= SH_CTL_QUICK_PROBE_NS;
+
+                for (uint32_t j = 0; j < ctl->nchild; j++)
+                    if (ctl->child[j].fd < 0)
+                        poke_child(ctl, ctl->first_child + j, full, my_deadline);
+                next_poke = sh_now_ns() + sh_ctl_retry_delay(sh_now_ns() - t_start);
+            }
+            if (next_poke < wake)
+                wake = next_poke;
+        }
         pfd = (struct pollfd){ .fd = ctl->listen_fd, .events = POLLIN };
         rc = poll(&pfd, ctl->listen_fd >= 0 ? 1 : 0, sh_poll_ms_until(wake));
         if (rc > 0 && (pfd.revents & POLLIN))

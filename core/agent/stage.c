@@ -50,9 +50,7 @@
 #define MAX_ARGS 64
 #define MAX_MPI_ENV 64
 #define MAX_INPUT_LINES 256
-/* Step id of a job-level (prolog) staging in the key derivation and the
- * port derivation; job steps use their own id. */
-#define STEP_JOB UINT64_C(0xfffffffe)
+#define STEP_JOB SH_AGENT_STEP_JOB
 
 /* The engine's exit code for a source error (SH_EXIT_SOURCE in
  * core/engine/report.h), as its JSON summary reports it ("exit_code"). */
@@ -74,6 +72,9 @@ struct agent_in {
     char cluster[256];
     char spec[SH_KV_LINE_MAX];
     bool detached;          /* local=current: the plugin ended the prolog */
+    bool have_listener;     /* listener=<fd>: started by the plugin's sentinel,
+                             * which bound the job's control-plane port */
+    int listener;
     int nargs;
     char *args[MAX_ARGS];
 };
@@ -207,6 +208,10 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
         } else if (strcmp(key, SH_AGENT_IN_LOCAL) == 0) {
             bad = strcmp(value, "current") != 0;
             in->detached = !bad;
+        } else if (strcmp(key, SH_AGENT_IN_LISTENER) == 0) {
+            bad = sh_parse_u64(value, &v) != 0 || v <= STDERR_FILENO || v > 1023;
+            in->listener = (int)v;
+            in->have_listener = !bad;
         } else if (strcmp(key, SH_AGENT_IN_ARG) == 0) {
             if (in->nargs >= MAX_ARGS || (in->args[in->nargs] = strdup(value)) == NULL)
                 bad = 1;
@@ -1634,6 +1639,8 @@ int sh_agent_prolog_main(void)
         cc.jobid = a.in.jobid;
         cc.stepid = a.in.stepid;
         cc.kjob = a.kjob;
+        cc.inherit_listener = a.in.have_listener;
+        cc.listen_fd = a.in.listener;
         /* The rendezvous has its own, shorter bound: a node whose agent never
          * starts (its prolog did not run: the job was cancelled meanwhile,
          * or slurmd is stuck) must not hold the others for the whole

@@ -25,7 +25,13 @@
 #ifndef STAGEHAND_AGENTIO_H
 #define STAGEHAND_AGENTIO_H
 
+#include <stdint.h>
+
 #define SH_AGENT_PROTO_VERSION 2
+
+/* Step id of a job-level (prolog) staging in the key and port derivations
+ * (stagehand/ctlport.h); job steps use their own id. */
+#define SH_AGENT_STEP_JOB UINT64_C(0xfffffffe)
 
 #define SH_AGENT_IN_VERSION  "version"
 #define SH_AGENT_IN_JOBID    "jobid"
@@ -39,6 +45,7 @@
 #define SH_AGENT_IN_SPEC     "spec"
 #define SH_AGENT_IN_ARG      "arg"
 #define SH_AGENT_IN_LOCAL    "local"
+#define SH_AGENT_IN_LISTENER "listener" /* fd of the control-plane listener a sentinel bound */
 #define SH_AGENT_IN_END      "end"
 
 #define SH_AGENT_OUT_LOG     "log"

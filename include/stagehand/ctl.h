@@ -26,9 +26,11 @@
 #ifndef STAGEHAND_CTL_H
 #define STAGEHAND_CTL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stagehand/ctlport.h"
 #include "stagehand/key.h"
 
 #define SH_CTL_FANOUT_DEFAULT   32u
@@ -41,6 +43,8 @@
  * than its parent starts listening, with O(log) attempts. */
 #define SH_CTL_RETRY_MIN        (2 * INT64_C(1000000))     /* ns */
 #define SH_CTL_RETRY_MAX        (1 * INT64_C(1000000000))  /* ns */
+/* Bound of one connect that wakes a child's sentinel (sh_ctl_join). */
+#define SH_CTL_POKE_TIMEOUT     (100 * INT64_C(1000000))   /* ns */
 /* For this long a round of attempts ends at the first refused port. */
 #define SH_CTL_QUICK_PROBE_NS   (1 * INT64_C(1000000000))  /* ns */
 
@@ -60,6 +64,10 @@ struct sh_ctl_cfg {
     int64_t level_margin_ns;     /* deadline stagger per level; 0: default */
     int64_t hs_timeout_ns;       /* one handshake; 0: SH_CTL_HS_TIMEOUT */
     uint32_t max_payload;        /* frame payload bound; 0: SH_FRAME_MAX_PAYLOAD */
+    bool inherit_listener;       /* listen_fd is this node's listener, bound by the
+                                    plugin's sentinel on one of this step's probed
+                                    ports (taken over, closed after the join) */
+    int listen_fd;
 };
 
 enum sh_ctl_state {
@@ -87,21 +95,23 @@ struct sh_ctl;
 /* Parent of @index in a @fanout-ary tree (index 0 has none: returns 0). */
 uint32_t sh_ctl_parent_of(uint32_t index, uint32_t fanout);
 
-/* Port derived from job and step id in [base, base+range). */
-uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
-                            uint16_t range);
-
 /* Delay (ns) before the next attempt to reach the parent after @waited_ns of
  * trying: waited/8 clamped to [SH_CTL_RETRY_MIN, SH_CTL_RETRY_MAX]. Pure. */
 int64_t sh_ctl_retry_delay(int64_t waited_ns);
 
-/* Form the tree: listen (if this node has children), connect and authenticate
- * to the parent with bounded retry, and accept the children, until all are
- * there or the (depth-staggered) deadline. Children that did not connect are
+/* Form the tree: listen (if this node has children, or take over the
+ * handed-over listener), connect and authenticate to the parent with bounded
+ * retry, and accept the children, until all are there or the
+ * (depth-staggered) deadline. Children not yet connected are woken, at the
+ * same growing intervals as the parent is retried, by a connection to their
+ * port (a sentinel there starts their agent: spank/prolog.c), so a node whose
+ * copies are current joins only when another node starts an agent. Children that did not connect are
  * logged and reported as missing by the next gather; failing to reach the
  * parent is an error. Returns 0 with *out set, or -1 with errno EINVAL (bad
  * configuration), ETIMEDOUT (parent unreachable by the deadline: logged with
- * its name and the port range), EADDRINUSE (no free port to listen on), ENOMEM. */
+ * its name and the port range), EADDRINUSE (no free port to listen on), ENOMEM,
+ * EINVAL also for a handed-over descriptor that is not a listener on one of
+ * this step's ports. */
 int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
                 struct sh_ctl **out);
 

@@ -6,6 +6,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -288,6 +289,9 @@ struct tree {
     int64_t t0;              /* common start (CLOCK_MONOTONIC is system-wide) */
     int late;                /* index that starts late_ms after the others, -1 for none */
     int64_t late_ms;
+    uint32_t sentinels;      /* bitmask of nodes that start as a sentinel: they bind
+                                their port (sh_ctl_bind) and join only when a
+                                connection wakes them (spank/prolog.c) */
 };
 
 static const char *const names[MAXN] = {
@@ -329,6 +333,18 @@ static int node_main(const struct tree *t, uint32_t i)
      * parent gave up on it. */
     int64_t d = t->t0 + (t->join_s != 0 ? t->join_s : 8) * SH_NS_PER_S;
 
+    if (t->sentinels & (1u << i)) {
+        uint16_t port = 0;
+        struct pollfd pfd = { .events = POLLIN };
+
+        pfd.fd = sh_ctl_bind("127.0.0.1", t->jobid, 0, t->port_base, 48, 48, 16, &port);
+        if (pfd.fd < 0)
+            return 30;
+        if (poll(&pfd, 1, 6000) != 1)
+            return 31; /* never woken */
+        cfg.inherit_listener = true;
+        cfg.listen_fd = pfd.fd;
+    }
     rc = sh_ctl_join(&cfg, d, &ctl);
     if (t->expect_nojoin & (1u << i))
         return rc == -1 && errno == ETIMEDOUT ? 0 : 10;
@@ -588,6 +604,50 @@ START_TEST(tree_port_bound_not_listening)
 }
 END_TEST
 
+/* Sentinels (every node but one leaf deep in the tree) hold their ports
+ * and join only when woken: the leaf wakes its parent by connecting, and
+ * every woken node wakes its parent and its children (sh_ctl_join pokes), so
+ * the whole tree forms and the allgather has every node. */
+START_TEST(tree_sentinels_woken)
+{
+    struct tree t = { .n = 6, .k = 2, .jobid = (uint64_t)getpid() * 100 + 10,
+                      .absent = -1, .keyless = -1,
+                      .sentinels = 1u << 0 | 1u << 1 | 1u << 2 | 1u << 3 | 1u << 5 };
+
+    t.port_base = test_port(10);
+    run_tree(&t);
+}
+END_TEST
+
+/* A sentinel that nothing wakes stays a sentinel: its descriptor, handed to
+ * sh_ctl_join after all, must be a listener on one of the step's ports. */
+START_TEST(adopt_listener_checked)
+{
+    unsigned char kjob[SH_KEY_LEN] = { 0 };
+    struct sh_ctl_cfg cfg = {
+        .nnodes = 2, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
+        .bind_addr = "127.0.0.1", .port_base = test_port(11), .port_range = 48,
+        .port_probe = 48, .jobid = 77, .kjob = kjob, .inherit_listener = true,
+    };
+    struct sh_ctl *ctl = NULL;
+    uint16_t port = 0;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    ck_assert_int_ge(fd, 0);
+    cfg.listen_fd = fd; /* not listening */
+    ck_assert_int_eq(sh_ctl_join(&cfg, sh_now_ns() + SH_NS_PER_S, &ctl), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    close(fd);
+    /* listening, but on another job's port sequence */
+    fd = sh_ctl_bind("127.0.0.1", 78, 0, (uint16_t)(cfg.port_base + 48), 48, 48, 4, &port);
+    ck_assert_int_ge(fd, 0);
+    cfg.listen_fd = fd;
+    ck_assert_int_eq(sh_ctl_join(&cfg, sh_now_ns() + SH_NS_PER_S, &ctl), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    close(fd);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("ctl");
@@ -612,6 +672,8 @@ int main(void)
     tcase_add_test(tc, retry_delay);
     tcase_add_test(tc, tree_late_root);
     tcase_add_test(tc, tree_port_bound_not_listening);
+    tcase_add_test(tc, tree_sentinels_woken);
+    tcase_add_test(tc, adopt_listener_checked);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }

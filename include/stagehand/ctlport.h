@@ -1,0 +1,33 @@
+/* Control-plane ports (stagehand/ctl.h): a job step's agents listen on a port
+ * derived from its job and step id within the site's range, probing upward
+ * past ports that are taken. Shared by the agent (ctl.c) and the plugin's
+ * sentinel (spank/prolog.c), which binds the port for its agent; needs no
+ * libcrypto. */
+#ifndef STAGEHAND_CTLPORT_H
+#define STAGEHAND_CTLPORT_H
+
+#include <stdint.h>
+
+/* Ports probed upward from the derived one unless configured otherwise:
+ * min(range, SH_CTL_PROBE_MAX). */
+#define SH_CTL_PROBE_MAX 64u
+
+/* Port derived from job and step id in [base, base+range). Pure. */
+uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
+                            uint16_t range);
+
+/* The @step-th port of the probe sequence: the derived port, then upward,
+ * wrapping within [base, base+range). @range must be >= 1. Pure. */
+uint16_t sh_ctl_probe_port(uint64_t jobid, uint64_t stepid, uint16_t base,
+                           uint16_t range, uint32_t step);
+
+/* Bind a TCP listener (SO_REUSEADDR, non-blocking, close-on-exec, listen(2)
+ * with @backlog) on @bind_addr (NULL: every address) at the first port of
+ * the probe sequence that is free, trying at most @probe ports. Returns the
+ * descriptor and sets *@port, or -1 with errno: EADDRINUSE (every probed
+ * port taken), EINVAL (@bind_addr does not resolve), or the errno of
+ * socket(2), bind(2) or listen(2). */
+int sh_ctl_bind(const char *bind_addr, uint64_t jobid, uint64_t stepid, uint16_t base,
+                uint16_t range, uint32_t probe, int backlog, uint16_t *port);
+
+#endif

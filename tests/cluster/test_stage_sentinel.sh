@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 5 (the no-op at job start): when every node's copy is current, no
+# agent starts anywhere. Each node's prolog ends after its own check and
+# leaves a sentinel: a fork of the prolog (process name sh-sentinel, root,
+# a session of its own, no exec) that holds the job's control-plane port
+# and would start the agent if another node's agent connected. Here nothing
+# connects: during the job every node still has its recorded sentinel, never
+# exec'd, and no stagehand-agent; the epilog stops the sentinels, nothing is
+# left, no node drained. (A node that needs a copy wakes them: see
+# test_stage_sbatch, a stale leaf waking n1, which wakes the other leaf, and
+# test_stage_detached, n2 and n3 waking n1.)
+# shellcheck source=tests/cluster/lib.sh disable=SC2016
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+[ "$k" -ge 2 ] || skip "needs 2 nodes"
+fault_test_files tsnt stage-sentinel
+as_user sh -c "head -c 4194304 /dev/urandom > '$src'" || fail "cannot create $src"
+
+# Root processes in node @1 (its network namespace) named exactly @2.
+named_pids() {
+    on_node "$1" sh -c 'pgrep --ns $$ --nslist net -x "$1" 2>/dev/null || true' sh "$2"
+}
+
+as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+    --wrap true >/dev/null || fail "first staging: $(cat "$out")"
+
+id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose --stage-image="$src:$dst" \
+        --wrap 'echo started; sleep 4') || fail "sbatch"
+for _ in $(seq 1 100); do grep -q started "$out" 2>/dev/null && break; sleep 0.1; done
+grep -q started "$out" || fail "the job did not start: $(cat "$out")"
+for n in $MINICLUSTER_NODES; do
+    rec=$(on_node "$n" cat "/run/stagehand/$id.agent" 2>/dev/null | cut -d' ' -f1)
+    [ -n "$rec" ] || fail "$n: no sentinel recorded in /run/stagehand/$id.agent"
+    snt=$(named_pids "$n" sh-sentinel | tr '\n' ' ')
+    [[ " $snt " == *" $rec "* ]] || fail "$n: the recorded process $rec is not a sentinel (sentinels: '$snt'; comm: $(on_node "$n" cat "/proc/$rec/comm" 2>&1))"
+    [ "$(on_node "$n" stat -c %U "/proc/$rec")" = root ] || fail "$n: sentinel $rec is not root's"
+    [ "$(on_node "$n" ps -o sid= -p "$rec" | tr -d ' ')" = "$rec" ] ||
+        fail "$n: sentinel $rec does not lead its own session"
+    agents=$(named_pids "$n" stagehand-agent | tr '\n' ' ')
+    [ -z "$agents" ] || fail "$n: an agent runs although every node is current: $agents"
+done
+grep -q "^stagehand: $dst: current on n1, nothing copied" "$out" || fail "n1 was not current: $(cat "$out")"
+st=$(wait_job_end "$id" 60)
+[ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out")"
+assert_runtime_gone "$id"
+left=""
+for _ in $(seq 1 50); do
+    left=""
+    for n in $MINICLUSTER_NODES; do
+        p=$(named_pids "$n" sh-sentinel | tr '\n' ' ')
+        [ -z "$p" ] || left="$left $n:$p"
+    done
+    [ -z "$left" ] && break
+    sleep 0.2
+done
+[ -z "$left" ] || fail "sentinels left after the job: $left"
+assert_no_drain
+echo "ok: every node current: no agent started on any of $k nodes, the epilog stopped the sentinels"
