@@ -80,6 +80,26 @@ node_pids() {
         sh "$MINICLUSTER_USER" "$2"
 }
 
+# PIDs of processes of any user inside node @1 named exactly @2 (comm).
+named_pids() {
+    on_node "$1" sh -c 'pgrep --ns $$ --nslist net -x "$1" 2>/dev/null || true' sh "$2"
+}
+# Wait up to @3 seconds until no node has a process that @1 (node_pids or
+# named_pids) finds for pattern @2; prints what is left, "node:pids ...",
+# or nothing.
+procs_left() {
+    local finder=$1 pat=$2 left n p
+    for _ in $(seq 1 $(($3 * 5))); do
+        left=""
+        for n in $MINICLUSTER_NODES; do
+            p=$("$finder" "$n" "$pat" | tr '\n' ' ')
+            [ -z "$p" ] || left="$left $n:$p"
+        done
+        [ -z "$left" ] && break
+        sleep 0.2
+    done
+    echo "$left"
+}
 # The engine processes of a staging to @2 (a unique path part) on node @1.
 engine_pids() {
     node_pids "$1" "stagehand-bcast .*$2"

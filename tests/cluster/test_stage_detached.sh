@@ -62,16 +62,7 @@ st=$(wait_job_end "$id" 120)
 grep -q script-ran "$out" || fail "(b) the script did not run: $(cat "$out")"
 log_since n1 "$off1" | grep -q "stagehand: epilog: job $id: stopping agent [0-9]*, still serving other nodes" ||
     fail "(b) n1's epilog did not stop the agent: $(log_since n1 "$off1" | grep stagehand)"
-left=""
-for _ in $(seq 1 150); do
-    left=""
-    for n in $MINICLUSTER_NODES; do
-        p=$(node_pids "$n" "stagehand-(agent|bcast)" | tr '\n' ' ')
-        [ -z "$p" ] || left="$left $n:$p"
-    done
-    [ -z "$left" ] && break
-    sleep 0.2
-done
+left=$(procs_left node_pids "stagehand-(agent|bcast)" 30)
 [ -z "$left" ] || fail "(b) processes of job $id left: $left"
 [ "$(node_md5 n1 "$dst")" = "$want" ] || fail "(b) n1's copy changed"
 [ -z "$(temp_files_in "/nvme/$tok")" ] || fail "(b) temp files left: $(temp_files_in "/nvme/$tok")"

@@ -19,11 +19,6 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 fault_test_files tsnt stage-sentinel
 as_user sh -c "head -c 4194304 /dev/urandom > '$src'" || fail "cannot create $src"
 
-# Root processes in node @1 (its network namespace) named exactly @2.
-named_pids() {
-    on_node "$1" sh -c 'pgrep --ns $$ --nslist net -x "$1" 2>/dev/null || true' sh "$2"
-}
-
 as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
     --wrap true >/dev/null || fail "first staging: $(cat "$out")"
 
@@ -46,16 +41,7 @@ grep -q "^stagehand: $dst: current on n1, nothing copied" "$out" || fail "n1 was
 st=$(wait_job_end "$id" 60)
 [ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out")"
 assert_runtime_gone "$id"
-left=""
-for _ in $(seq 1 50); do
-    left=""
-    for n in $MINICLUSTER_NODES; do
-        p=$(named_pids "$n" sh-sentinel | tr '\n' ' ')
-        [ -z "$p" ] || left="$left $n:$p"
-    done
-    [ -z "$left" ] && break
-    sleep 0.2
-done
+left=$(procs_left named_pids sh-sentinel 10)
 [ -z "$left" ] || fail "sentinels left after the job: $left"
 assert_no_drain
 echo "ok: every node current: no agent started on any of $k nodes, the epilog stopped the sentinels"
