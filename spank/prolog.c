@@ -49,6 +49,13 @@
 /* A sentinel's process name (prctl(2) PR_SET_NAME), for ps and the epilog. */
 #define SH_SENTINEL_NAME "sh-sentinel"
 
+/* The agent's command line and whole environment (F19: nothing of the
+ * job's), for posix_spawn(3) and a woken sentinel's execve(2). */
+static char agent_arg0[] = "stagehand-agent", agent_arg1[] = "--prolog";
+static char agent_env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
+static char *const agent_argv[] = { agent_arg0, agent_arg1, NULL };
+static char *const agent_envp[] = { agent_env_path, NULL };
+
 /* Create the root-owned runtime directory /run/stagehand (0755), refusing a
  * symlink or a directory owned by anyone else. */
 static int ensure_runtime_dir(void)
@@ -214,11 +221,6 @@ static int above_stdio(int fd)
  * (an exec failure such as ENOENT comes back here, not as an exit status). */
 static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
 {
-    static char arg0[] = "stagehand-agent";
-    static char arg1[] = "--prolog";
-    static char env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
-    char *argv[] = { arg0, arg1, NULL };
-    char *envp[] = { env_path, NULL };
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     sigset_t dfl;
@@ -250,7 +252,7 @@ static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
     if (rc == 0)
         rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF);
     if (rc == 0)
-        rc = posix_spawn(pid, agent, &fa, &attr, argv, envp);
+        rc = posix_spawn(pid, agent, &fa, &attr, agent_argv, agent_envp);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     return rc;
@@ -349,11 +351,6 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
                                                const struct sh_stage_job *job, int ac,
                                                char **av, int ready, int wait_ms)
 {
-    static char arg0[] = "stagehand-agent";
-    static char arg1[] = "--prolog";
-    static char env_path[] = "PATH=/usr/sbin:/usr/bin:/sbin:/bin";
-    char *argv[] = { arg0, arg1, NULL };
-    char *envp[] = { env_path, NULL };
     uint32_t probe = cfg->port_range < SH_CTL_PROBE_MAX ? cfg->port_range : SH_CTL_PROBE_MAX;
     uint16_t port = 0;
     sigset_t none;
@@ -404,7 +401,7 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
     close_range(SH_SENTINEL_LISTENER_FD + 1, ~0U, 0);
     if (lfd < 0)
         close(SH_SENTINEL_LISTENER_FD);
-    execve(cfg->agent, argv, envp);
+    execve(cfg->agent, agent_argv, agent_envp);
     _exit(127);
 }
 
