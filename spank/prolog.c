@@ -351,7 +351,6 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
                                                const struct sh_stage_job *job, int ac,
                                                char **av, int ready, int wait_ms)
 {
-    uint32_t probe = cfg->port_range < SH_CTL_PROBE_MAX ? cfg->port_range : SH_CTL_PROBE_MAX;
     uint16_t port = 0;
     sigset_t none;
     int lfd, in, nul;
@@ -368,7 +367,7 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     lfd = sh_ctl_bind(NULL, job->jobid, SH_AGENT_STEP_JOB, cfg->port_base, cfg->port_range,
-                      probe, 128, &port);
+                      sh_ctl_default_probe(cfg->port_range), 128, &port);
     (void)!write(ready, &c, 1);
     close(ready);
     if (lfd >= 0) {

@@ -483,8 +483,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     ctl->port_base = cfg->port_base;
     ctl->port_range = cfg->port_range;
     ctl->port_probe = cfg->port_probe != 0 ? cfg->port_probe
-                      : (cfg->port_range < SH_CTL_PROBE_MAX ? cfg->port_range
-                                                            : SH_CTL_PROBE_MAX);
+                                           : (uint16_t)sh_ctl_default_probe(cfg->port_range);
     if (ctl->port_probe > ctl->port_range)
         ctl->port_probe = ctl->port_range;
     ctl->jobid = cfg->jobid;

@@ -24,6 +24,11 @@ uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
     return (uint16_t)(base + (uint16_t)(x % range));
 }
 
+uint32_t sh_ctl_default_probe(uint16_t range)
+{
+    return range < SH_CTL_PROBE_MAX ? range : SH_CTL_PROBE_MAX;
+}
+
 uint16_t sh_ctl_probe_port(uint64_t jobid, uint64_t stepid, uint16_t base,
                            uint16_t range, uint32_t step)
 {

@@ -9,8 +9,12 @@
 #include <stdint.h>
 
 /* Ports probed upward from the derived one unless configured otherwise:
- * min(range, SH_CTL_PROBE_MAX). */
+ * sh_ctl_default_probe. */
 #define SH_CTL_PROBE_MAX 64u
+
+/* min(@range, SH_CTL_PROBE_MAX): the probe count the agent's tree and the
+ * plugin's sentinel both use, so they bind within the same ports. Pure. */
+uint32_t sh_ctl_default_probe(uint16_t range);
 
 /* Port derived from job and step id in [base, base+range). Pure. */
 uint16_t sh_ctl_derive_port(uint64_t jobid, uint64_t stepid, uint16_t base,
