@@ -56,7 +56,12 @@ id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$d
 # one look at a node takes a few hundred ms, more on a loaded host: each
 # engine is stopped (SIGSTOP) as soon as it is seen, which also holds up the
 # others' broadcast, until every node has been looked at.
+# engine_pids matches the job user's processes only; the look below takes the
+# pid from here rather than searching again (a search from a shell whose own
+# command line holds the pattern can find its own short-lived subshell first,
+# once PIDs have wrapped).
 seen=0
+declare -A engine
 for _ in $(seq 1 300); do
     have=0
     for n in $MINICLUSTER_NODES; do
@@ -65,6 +70,7 @@ for _ in $(seq 1 300); do
         # shellcheck disable=SC2086  # a list of pids
         kill -STOP $p 2>/dev/null
         stopped="$stopped $p"
+        engine[$n]=$(head -1 <<<"$p")
         have=$((have + 1))
     done
     [ "$have" = "$k" ] && break
@@ -77,9 +83,8 @@ done
 declare -A snap
 for n in $MINICLUSTER_NODES; do
     snap[$n]=$(on_node "$n" sh -c '
-        id=$1; tok=$2
-        e=$(pgrep --ns $$ --nslist net -f "stagehand-bcast .*$tok" | grep -vx "$$" | head -1)
-        [ -n "$e" ] || exit 0
+        id=$1; e=$2
+        [ -d /proc/$e ] || exit 0
         h=$(ps -o ppid= -p $e | tr -d " "); a=$(ps -o ppid= -p $h | tr -d " ")
         for p in $e $h $a; do
             echo "pid $p $(ps -o user=,comm= -p $p)"
@@ -91,13 +96,15 @@ for n in $MINICLUSTER_NODES; do
         for d in /run/stagehand/$id/pmix.*; do echo "pmixdir $d $(stat -c "%U %a" $d)"; done
         runuser -u nobody -- cat /proc/$e/environ >/dev/null 2>&1 && echo "nobody-reads-environ"
         runuser -u nobody -- ls /run/stagehand/$id >/dev/null 2>&1 && echo "nobody-lists-rundir"
-        true' sh "$id" "$tok")
+        true' sh "$id" "${engine[$n]}")
 done
 # shellcheck disable=SC2086
 kill -CONT $stopped 2>/dev/null
 for n in $MINICLUSTER_NODES; do
     sn=${snap[$n]}
     [ "$(grep -c '^pid ' <<<"$sn")" = 3 ] || fail "$n: engine, host and agent not all seen: $sn"
+    [ "$(grep -m1 '^pid ' <<<"$sn" | awk '{print $4}')" = stagehand-bcast ] ||
+        fail "$n: the process seen as the engine is not stagehand-bcast: $sn"
     while read -r _ p who comm; do
         st=$(awk -v p="$p" '/^pid / {on = ($2 == p)} on' <<<"$sn")
         [ "$(awk '/^Uid:/ {print $2, $3, $4, $5}' <<<"$st")" = "$uid $uid $uid $uid" ] ||
