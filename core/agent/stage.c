@@ -58,7 +58,7 @@
 #define ENGINE_EXIT_DEST 4      /* a node could not stage DST (engine report.h) */
 
 /* Control-plane message tags. */
-enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3 };
+enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3, TAG_READY = 4, TAG_UNREADY = 5 };
 
 struct agent_in {
     unsigned proto;
@@ -582,6 +582,59 @@ static int startup_crash(const struct sh_pmix_outcome *po, int *sig)
     return -1;
 }
 
+/* The engine's namespace from the sub-tree's root (@nspace there, NULL
+ * elsewhere), and every participant's readiness: @unready is why this node
+ * cannot run an engine ("" when it can). Returns 0 with the namespace in *@ns
+ * (malloc'ed). Returns -1 with errno 0 when a participant is not ready: @err
+ * names it and its reason, the same text on every participant; or -1 with
+ * errno as sh_ctl_allgather, or EPROTO for no namespace, and @err saying
+ * so. */
+static int exchange_nspace(struct sh_ctl *sub, const char *nspace, const char *unready,
+                           char **ns, int64_t deadline, char *err, size_t errlen)
+{
+    struct sh_ctl_result res;
+    const char *mine = unready[0] != '\0' ? unready : nspace != NULL ? nspace : "";
+    size_t o = 0;
+    int e;
+
+    memset(&res, 0, sizeof(res));
+    if (sh_ctl_allgather(sub, unready[0] != '\0' ? TAG_UNREADY : TAG_READY, mine,
+                         (uint32_t)strlen(mine) + 1, deadline, &res) != 0) {
+        e = errno;
+        snprintf(err, errlen, "PMIx namespace exchange: %s", strerror(e));
+        errno = e;
+        return -1;
+    }
+    err[0] = '\0';
+    for (uint32_t i = 0; i < res.nnodes && o + 1 < errlen; i++) {
+        const struct sh_ctl_entry *en = &res.entry[i];
+
+        if (en->state == SH_CTL_OK && en->tag == TAG_UNREADY && en->len > 0 &&
+            en->data[en->len - 1] == '\0') {
+            int n = snprintf(err + o, errlen - o, "%s%s: %s", o > 0 ? "; " : "",
+                             sh_ctl_name(sub, i), (const char *)en->data);
+            o = n > 0 ? o + (size_t)n : o;
+        }
+    }
+    if (o > 0) {
+        sh_ctl_result_free(&res);
+        errno = 0;
+        return -1;
+    }
+    if (res.nnodes == 0 || res.entry[0].state != SH_CTL_OK || res.entry[0].len < 2 ||
+        res.entry[0].data[res.entry[0].len - 1] != '\0') {
+        sh_ctl_result_free(&res);
+        snprintf(err, errlen, "PMIx namespace: none from %s", sh_ctl_name(sub, 0));
+        errno = EPROTO;
+        return -1;
+    }
+    *ns = (char *)res.entry[0].data;
+    res.entry[0].data = NULL;
+    res.entry[0].len = 0;
+    sh_ctl_result_free(&res);
+    return 0;
+}
+
 /* Run the engine for one image on the participants. @part lists node
  * indices (node 0 first); this node is @part[mypos]. */
 static int run_engine(struct agent *a, size_t img, const uint32_t *part,
@@ -593,21 +646,22 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     struct sh_pmix_outcome po;
     const struct sh_pmix_ops *px;
     const char **names = NULL;
-    char nspace[128], segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16];
+    char nspace[128] = "", segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
     char outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
-    unsigned char *ns = NULL;
-    uint32_t nslen = 0;
+    char lerr[512] = "";
+    char *ns = NULL;
     int rc = -1, outfd, logfd, saved_out, saved_err, attempt = 0, crashed, sig = 0;
     int run_errno = 0;
     uint64_t secs;
 
-    /* This node runs an engine: now, and only now, the PMIx host. */
-    px = sh_pmix_load(err, errlen);
-    if (px == NULL) {
+    /* This node runs an engine: now, and only now, the PMIx host. A node
+     * that cannot load it still joins the engine's tree and says so in the
+     * namespace exchange below, so the others stop at once instead of
+     * waiting for its engine until the staging deadline. */
+    px = sh_pmix_load(lerr, sizeof(lerr));
+    if (px == NULL)
         a->own_fault = true; /* this node's installation */
-        return -1;
-    }
     names = calloc(npart, sizeof(*names));
     if (names == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -632,14 +686,16 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
 again:
     free(ns);
     ns = NULL;
-    if (mypos == 0 && px->make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0) {
-        snprintf(err, errlen, "PMIx namespace: %s", strerror(errno));
+    if (mypos == 0 && px != NULL &&
+        px->make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0)
+        snprintf(lerr, sizeof(lerr), "PMIx namespace: %s", strerror(errno));
+    if (exchange_nspace(sub, mypos == 0 ? nspace : NULL, lerr, &ns, a->deadline, err,
+                        errlen) != 0) {
+        *outcome = errno == 0; /* the same text on every participant */
         goto out;
     }
-    if (sh_ctl_bcast(sub, nspace, mypos == 0 ? (uint32_t)strlen(nspace) + 1 : 0,
-                     &ns, &nslen, a->deadline) != 0 || nslen == 0 ||
-        ns[nslen - 1] != '\0') {
-        snprintf(err, errlen, "PMIx namespace broadcast: %s", strerror(errno));
+    if (px == NULL) { /* its entry reached the root too late: failed all the same */
+        snprintf(err, errlen, "%s", lerr);
         goto out;
     }
 
