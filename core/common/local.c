@@ -116,9 +116,10 @@ int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen
  * directory of DST's path must be a real directory (a symbolic link could
  * take the copy out of the allowed root), belong to the user or root, and
  * not be writable by others unless sticky; DST itself must not be a
- * directory, nor a file of another user that a sticky directory keeps us
- * from replacing. A symlink planted as DST itself is fine: the engine
- * replaces it with rename(2) and never follows it. Missing directories are
+ * directory, nor an entry of anyone else (root included) that a sticky
+ * directory keeps us from replacing. A symlink the user planted as DST
+ * itself is fine: the engine replaces it with rename(2) and never follows
+ * it. Missing directories are
  * left to the engine, which creates them as the user. Returns 0, or -1 with
  * the user's error in @why. */
 int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, char *why,
@@ -169,11 +170,15 @@ int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, 
                          "directory under SRC's file name)", dst);
                 break;
             }
-            if (!S_ISLNK(sb.st_mode) && sb.st_uid != uid && sb.st_uid != 0 &&
-                (dsb.st_mode & S_ISVTX) != 0 && dsb.st_uid != uid) {
-                snprintf(why, whylen, "destination %s belongs to another user (uid "
+            /* rename(2), EPERM: in a sticky directory only the owner of
+             * the entry or of the directory may replace it; a file or link
+             * of root's is no exception (the new-user trial's
+             * /nvme/rootfile failed only at publish, after the copy) */
+            if (sb.st_uid != uid && (dsb.st_mode & S_ISVTX) != 0 && dsb.st_uid != uid) {
+                snprintf(why, whylen, "destination %s%s belongs to another user (uid "
                          "%u) and its directory is sticky: it cannot be replaced",
-                         dst, (unsigned)sb.st_uid);
+                         dst, S_ISLNK(sb.st_mode) ? " (a symbolic link)" : "",
+                         (unsigned)sb.st_uid);
                 break;
             }
             rc = 0;

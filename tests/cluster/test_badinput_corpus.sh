@@ -305,6 +305,7 @@ for n in $MINICLUSTER_NODES; do
         chmod 0777 /nvme/$tok/ww" || fail "$n: user set-up failed"
     on_node "$n" sh -c "
         echo theirs >/nvme/$tok-theirs && chown nobody /nvme/$tok-theirs &&
+        echo roots >/nvme/$tok-roots && ln -s /nvme/$tok-roots /nvme/$tok-rootlink &&
         mkdir /nvme/$tok-nobody && chown nobody /nvme/$tok-nobody" || fail "$n: root set-up failed"
 done
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
@@ -329,6 +330,13 @@ prolog_case parent-file "/nvme/$tok/u/afile/img" \
 prolog_case dst-dir "/nvme/$tok/u/isdir" "destination /nvme/$tok/u/isdir is a directory"
 prolog_case dst-theirs "/nvme/$tok-theirs" \
     "destination /nvme/$tok-theirs belongs to another user (uid 65534) and its directory is sticky: it cannot be replaced"
+# the new-user trial's case: root's file (or link) in the sticky /nvme is as
+# much beyond replacing as another user's; refused before the copy, not at
+# publish
+prolog_case dst-roots "/nvme/$tok-roots" \
+    "destination /nvme/$tok-roots belongs to another user (uid 0) and its directory is sticky: it cannot be replaced"
+prolog_case dst-rootlink "/nvme/$tok-rootlink" \
+    "destination /nvme/$tok-rootlink (a symbolic link) belongs to another user (uid 0) and its directory is sticky: it cannot be replaced"
 prolog_case dir-theirs "/nvme/$tok-nobody/img" \
     "destination /nvme/$tok-nobody/img: directory /nvme/$tok-nobody belongs to another user (uid 65534)"
 prolog_case world-writable "/nvme/$tok/ww/img" \
@@ -369,7 +377,7 @@ for n in $MINICLUSTER_NODES; do
     [ "$(on_node "$n" cat "/tmp/$tok-out/planted")" = precious ] || fail "$n: the symlink's target was written"
     left=$(on_node "$n" ls -A "/tmp/$tok-out")
     [ "$left" = planted ] || fail "$n: files written through the parent symlink: $left"
-    for f in "/nvme/$tok/u/afile" "/nvme/$tok-theirs"; do
+    for f in "/nvme/$tok/u/afile" "/nvme/$tok-theirs" "/nvme/$tok-roots"; do
         [ "$(on_node "$n" stat -c %s "$f")" -lt 100 ] || fail "$n: $f was replaced"
     done
     on_node "$n" test ! -e "/nvme/$tok-nobody/img" -a ! -e "/nvme/$tok/ww/img" -a ! -e "/nvme/$tok/u/isdir/img" ||

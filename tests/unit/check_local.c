@@ -211,6 +211,43 @@ START_TEST(vote_from_recorded_metadata)
 }
 END_TEST
 
+/* DST directly in a sticky directory that is not the job user's (such as
+ * /nvme, 1777 root): an entry there that the user does not own cannot be
+ * replaced (rename(2): EPERM), whoever owns it, root included, and whether
+ * it is a file or a symbolic link; refused before any data moves. */
+START_TEST(sticky_dir_entries_of_others)
+{
+    const uid_t user = 4242; /* the job user: owns neither the directory nor the entries */
+    char dst[PATH_MAX], why[1024];
+    struct sh_config cfg;
+
+    config_for(&cfg, root, "meta");
+    ck_assert_int_eq(chmod(root, 01777), 0);
+    snprintf(dst, sizeof(dst), "%s/theirs.sqsh", root);
+    write_file(dst, "someone else's");
+    ck_assert_int_eq(sh_dest_check_path(&cfg, user, dst, why, sizeof(why)), -1);
+    ck_assert_msg(strstr(why, "belongs to another user") != NULL &&
+                      strstr(why, "its directory is sticky") != NULL, "%s", why);
+    snprintf(dst, sizeof(dst), "%s/link.sqsh", root);
+    ck_assert_int_eq(symlink("/etc/passwd", dst), 0);
+    ck_assert_int_eq(sh_dest_check_path(&cfg, user, dst, why, sizeof(why)), -1);
+    ck_assert_msg(strstr(why, "(a symbolic link) belongs to another user") != NULL, "%s", why);
+    /* the user's own entry, a missing one, or the user's own directory: fine */
+    snprintf(dst, sizeof(dst), "%s/missing.sqsh", root);
+    ck_assert_int_eq(sh_dest_check_path(&cfg, user, dst, why, sizeof(why)), 0);
+    snprintf(dst, sizeof(dst), "%s/theirs.sqsh", root);
+    ck_assert_int_eq(sh_dest_check_path(&cfg, getuid(), dst, why, sizeof(why)), 0);
+    if (getuid() == 0) {
+        ck_assert_int_eq(chown(dst, user, user), 0);
+        ck_assert_int_eq(sh_dest_check_path(&cfg, user, dst, why, sizeof(why)), 0);
+    }
+    /* not sticky: replacing is the directory's write permission's business */
+    ck_assert_int_eq(chmod(root, 0755), 0);
+    snprintf(dst, sizeof(dst), "%s/link.sqsh", root);
+    ck_assert_int_eq(sh_dest_check_path(&cfg, user, dst, why, sizeof(why)), 0);
+}
+END_TEST
+
 START_TEST(claims_of_other_jobs)
 {
     char rt[PATH_MAX], dir[PATH_MAX + 16], claim[2 * PATH_MAX + 128], mine[2 * PATH_MAX + 128];
@@ -294,6 +331,7 @@ static Suite *local_suite(void)
     tcase_add_test(tc, rundir_made_for_the_user);
     tcase_add_test(tc, source_probe_and_wire_form);
     tcase_add_test(tc, vote_from_recorded_metadata);
+    tcase_add_test(tc, sticky_dir_entries_of_others);
     tcase_add_test(tc, claims_of_other_jobs);
     tcase_add_test(tc, nearest_existing_dir);
     suite_add_tcase(s, tc);
