@@ -306,16 +306,6 @@ void sh_node_fail(struct sh_node_result *r, const char *phase, int err,
     sh_error(phase, "%s", r->reason);
 }
 
-const char *sh_src_status_text(uint32_t status)
-{
-    switch (status) {
-    case SH_SEG_READ_ERROR: return "read error";
-    case SH_SEG_SHORT_SOURCE: return "source shorter than announced";
-    case SH_SRC_CHANGED: return "source changed while it was copied";
-    }
-    return "error";
-}
-
 int sh_dest_verify(const struct sh_bcast_opts *o, const struct sh_sched *s,
                    const struct sh_ref_msg *ref, const struct sh_xfer_result *x,
                    struct sh_node_result *r)
@@ -323,11 +313,10 @@ int sh_dest_verify(const struct sh_bcast_opts *o, const struct sh_sched *s,
     struct stat st;
 
     if (ref->status != SH_SEG_OK) {
-        sh_node_fail(r, "transfer", (int)ref->err, SH_EXIT_SOURCE,
-                     "source %s: %s at segment %llu%s%s", o->source,
-                     sh_src_status_text(ref->status), (unsigned long long)ref->seg,
-                     ref->err != 0 ? ": " : "",
-                     ref->err != 0 ? strerror((int)ref->err) : "");
+        char why[sizeof(r->reason)];
+
+        sh_src_failure_text(o->source, ref->status, ref->err, ref->seg, why, sizeof(why));
+        sh_node_fail(r, "transfer", (int)ref->err, SH_EXIT_SOURCE, "%s", why);
         return -1;
     }
     if (x->write_err != 0) {

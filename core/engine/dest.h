@@ -34,7 +34,6 @@ struct sh_ref_msg {
     uint32_t pad;
     uint8_t digest[SH_HASH_MAX_LEN];    /* digest of what the reader read */
 };
-#define SH_SRC_CHANGED 100u     /* SRC's size/mtime/ctime moved during the copy */
 
 /* Record a pre-check failure in @v (vote SH_VOTE_ERROR). */
 void sh_vote_error(struct sh_node_vote *v, int err, const char *fmt, ...)
@@ -43,8 +42,6 @@ void sh_vote_error(struct sh_node_vote *v, int err, const char *fmt, ...)
 void sh_node_fail(struct sh_node_result *r, const char *phase, int err,
                   int exit_class, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* Human text of a struct sh_ref_msg status. */
-const char *sh_src_status_text(uint32_t status);
 
 /* Collective over @leaders: open DST's directory (creating parents) and take
  * every node's DST lock without deadlock between concurrent runs (case F03).

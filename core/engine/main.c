@@ -465,14 +465,15 @@ static void phase_transfer(struct run *r, MPI_Comm part)
                         r->force_sidecar) == 0)
         r->res.status = SH_NODE_COPIED;
     if (r->roles[r->lrank] == ROLE_SOURCE && r->res.status != SH_NODE_FAILED) {
-        if (ref->status == SH_SEG_OK)
+        if (ref->status == SH_SEG_OK) {
             r->res.status = SH_NODE_READER;
-        else
-            sh_node_fail(&r->res, "transfer", (int)ref->err, SH_EXIT_SOURCE,
-                         "source %s: %s at segment %llu%s%s", r->o.source,
-                         sh_src_status_text(ref->status),
-                         (unsigned long long)ref->seg, ref->err ? ": " : "",
-                         ref->err ? strerror((int)ref->err) : "");
+        } else {
+            char why[sizeof(r->res.reason)];
+
+            sh_src_failure_text(r->o.source, ref->status, ref->err, ref->seg, why,
+                                sizeof(why));
+            sh_node_fail(&r->res, "transfer", (int)ref->err, SH_EXIT_SOURCE, "%s", why);
+        }
     }
     r->res.transfer_s = sh_secs(r->t[SH_PH_TRANSFER], r->t[SH_PH_VERIFY]);
     r->res.verify_s = sh_secs(r->t[SH_PH_VERIFY], r->t[SH_PH_PUBLISH]);

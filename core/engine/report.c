@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "stagehand/sched.h"
 #include "stagehand/size.h"
 
 void sh_msgf(char *buf, size_t len, const char *fmt, ...)
@@ -161,4 +162,26 @@ void sh_report_json(const struct sh_report *r, FILE *out)
                 n->publish_s, n->cpu_s);
     }
     fputs("]}\n", out);
+}
+
+void sh_src_failure_text(const char *source, uint32_t status, uint32_t err, uint64_t seg,
+                         char *buf, size_t len)
+{
+    const char *why = err != 0 ? strerror((int)err) : NULL;
+
+    switch (status) {
+    case SH_SRC_CHANGED:
+        /* found by the reader's fstat after the last segment, not at one */
+        sh_msgf(buf, len, "source %s: source changed while it was copied (size or "
+                "times differ at its end)", source);
+        return;
+    case SH_SEG_READ_ERROR:
+    case SH_SEG_SHORT_SOURCE:
+        sh_msgf(buf, len, "source %s: %s at segment %llu%s%s", source,
+                status == SH_SEG_READ_ERROR ? "read error" : "source shorter than announced",
+                (unsigned long long)seg, why != NULL ? ": " : "", why != NULL ? why : "");
+        return;
+    }
+    sh_msgf(buf, len, "source %s: error %u at segment %llu", source, (unsigned)status,
+            (unsigned long long)seg);
 }

@@ -100,4 +100,11 @@ void sh_report_json(const struct sh_report *r, FILE *out);
 /* Write @s as a JSON string literal (with quotes) to @out. */
 void sh_json_string(FILE *out, const char *s);
 
+/* The reader's failure (@status SH_SEG_READ_ERROR, SH_SEG_SHORT_SOURCE or
+ * SH_SRC_CHANGED, with errno @err or 0, at segment @seg) as a message naming
+ * @source and, except for a change found only after the last segment, the
+ * segment; into @buf of @len bytes (truncated, always terminated). */
+void sh_src_failure_text(const char *source, uint32_t status, uint32_t err, uint64_t seg,
+                         char *buf, size_t len);
+
 #endif

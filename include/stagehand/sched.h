@@ -41,6 +41,8 @@ struct sh_seg_hdr {
 #define SH_SEG_OK 0u
 #define SH_SEG_READ_ERROR 1u    /* reader failed to read SRC (err = errno) */
 #define SH_SEG_SHORT_SOURCE 2u  /* SRC shrank while being read */
+#define SH_SRC_CHANGED 100u     /* SRC's size/mtime/ctime moved during the copy
+                                   (the reader's fstat after the last segment) */
 
 /* Fixed little-endian wire form, SH_SEG_HDR_LEN bytes. */
 void sh_seg_hdr_encode(const struct sh_seg_hdr *h, unsigned char *out);

@@ -3,11 +3,13 @@
 #include "config.h"
 
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/engine/report.h"
+#include "stagehand/sched.h"
 
 #include "check_main.h"
 
@@ -91,6 +93,28 @@ START_TEST(text_names_failures)
 }
 END_TEST
 
+/* The reader's failure names the segment where one was at fault; a change
+ * found by the reader's fstat after the last segment names none (the
+ * new-user trial saw "source changed ... at segment 0" for a change made
+ * near 150 MiB). */
+START_TEST(source_failure_text)
+{
+    char buf[200];
+
+    sh_src_failure_text("/shared/a.sqsh", SH_SEG_READ_ERROR, EIO, 7, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "source /shared/a.sqsh: read error at segment 7: Input/output error");
+    sh_src_failure_text("/shared/a.sqsh", SH_SEG_SHORT_SOURCE, 0, 108, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "source /shared/a.sqsh: source shorter than announced at segment 108");
+    sh_src_failure_text("/shared/a.sqsh", SH_SRC_CHANGED, 0, 0, buf, sizeof(buf));
+    ck_assert_str_eq(buf, "source /shared/a.sqsh: source changed while it was copied (size or "
+                          "times differ at its end)");
+    ck_assert_ptr_null(strstr(buf, "segment"));
+    /* truncated, terminated */
+    sh_src_failure_text("/shared/a.sqsh", SH_SRC_CHANGED, 0, 0, buf, 16);
+    ck_assert_uint_eq(strlen(buf), 15);
+}
+END_TEST
+
 START_TEST(json_fields)
 {
     struct sh_report r;
@@ -143,6 +167,7 @@ int main(void)
 
     tcase_add_test(tc, json_escaping);
     tcase_add_test(tc, text_names_failures);
+    tcase_add_test(tc, source_failure_text);
     tcase_add_test(tc, json_fields);
     tcase_add_test(tc, lock_wait_reported);
     suite_add_tcase(s, tc);
