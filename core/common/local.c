@@ -119,9 +119,8 @@ int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen
  * directory, nor an entry of anyone else (root included) that a sticky
  * directory keeps us from replacing. A symlink the user planted as DST
  * itself is fine: the engine replaces it with rename(2) and never follows
- * it. Missing directories are
- * left to the engine, which creates them as the user. Returns 0, or -1 with
- * the user's error in @why. */
+ * it. Missing directories are left to the engine, which creates them as the
+ * user. Returns 0, or -1 with the user's error in @why. */
 int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, char *why,
                        size_t whylen)
 {

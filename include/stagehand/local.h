@@ -42,9 +42,10 @@ int sh_src_decode(const unsigned char *data, uint32_t len, const char *src,
 /* Check @dst's place on this node as the job user @uid, before any data
  * moves (cases F17b, F31): below @cfg's allowed root every existing directory
  * must be a real directory of @uid or root, not writable by others unless
- * sticky; DST itself must not be a directory, nor another user's file in a
- * sticky directory. Missing directories are left to the engine. Returns 0,
- * or -1 with the user's error in @why. */
+ * sticky; DST itself must not be a directory, nor anyone else's file or link
+ * (root's included) in a sticky directory that is not @uid's (rename(2):
+ * EPERM). Missing directories are left to the engine. Returns 0, or -1 with
+ * the user's error in @why. */
 int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, char *why,
                        size_t whylen);
 

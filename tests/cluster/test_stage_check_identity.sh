@@ -14,18 +14,11 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
-tok=cid$$
-tag=check-id.$$
+fault_test_files cid check-id
+# SRC in a directory of its own, which the test closes to the user
 dir=/shared/$tok
 src=$dir/img
-dst=/nvme/$tok/img
-out=/shared/$tok.out
-cleanup() {
-    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -rf "$dir" "$out"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
-}
-trap cleanup EXIT
+trap 'rm -rf "$dir"; fault_test_cleanup' EXIT
 mkdir -m 0777 "$dir" && chmod 0777 "$dir" || fail "cannot create $dir"
 make_user_file "$src" 4 || fail "cannot create $src"
 submit() {
