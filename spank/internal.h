@@ -5,12 +5,14 @@
  *                registration and the option callbacks (every context)
  *   submit.c     sbatch/salloc (allocator) and srun (local): submit checks,
  *                hand the spec to the prolog
- *   prolog.c     slurmd prolog/epilog (job-script context): start the
- *                agent, record the outcome in the status file
- *   local.c      the job prolog's local check: a node whose copy is
- *                current ends its prolog without waiting for the others
- *   remote.c     slurmstepd (remote context): fail the step or export the
- *                staged paths
+ *   prolog.c     slurmd prolog/epilog (job-script context): hand the
+ *                node's staging to a process of its own (or stage in the
+ *                prolog under on_node_fault=drain), start the agent,
+ *                record the outcome in the status file
+ *   local.c      the local check: a node whose copy is current needs no
+ *                agent and does not wait for the others
+ *   remote.c     slurmstepd (remote context): each task waits for the
+ *                node's staging, then fails or gets the staged paths
  *
  * Nothing here is exported from the .so (stagehand.map). */
 #ifndef STAGEHAND_SPANK_INTERNAL_H
@@ -18,6 +20,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -126,10 +129,22 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
 int sh_prolog_run(spank_t sp, int ac, char **av);
 int sh_epilog_run(spank_t sp, int ac, char **av);
 
-/* Remote context (remote.c): user_init reads the status file and exports
- * the staged paths; task_init fails each task of a failed staging with the
- * message on the task's stderr. */
-int sh_remote_user_init(spank_t sp);
+/* Wait until no staging of job @jobid holds the job's lock on this node,
+ * /run/stagehand/<jobid>.lock (flock(2) @op: LOCK_SH in a task, LOCK_EX in
+ * the epilog): the job prolog's staging process holds it until it has
+ * written the job's status (prolog.c). No timeout: the holder is bounded by
+ * its staging deadline. @stop (may be NULL): signals that end the wait and
+ * the calling process (it dies of the signal, default action; a task of a
+ * cancelled job: slurmstepd sends SIGTERM before SIGKILL, and a task has
+ * them blocked until its program starts). Returns true when the lock file
+ * exists, false when it does not or cannot be opened (errno from open(2)). */
+bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop);
+
+/* Remote context (remote.c): task_init_privileged (each task, as root,
+ * before its program) waits for the job's staging, reads the status file
+ * and exports the staged paths; task_init fails each task of a failed
+ * staging with the message on the task's stderr. */
+int sh_remote_task_privileged(spank_t sp);
 
 /* Remote context, init_post_opt (root, before the step's tasks): stage the
  * images given on an srun inside an existing job; or, for a job that asked
@@ -137,7 +152,7 @@ int sh_remote_user_init(spank_t sp);
  * ran here before this step (Slurm before 23.02.2 starts a step that reaches
  * slurmd before the allocation's prolog request without any prolog, bug
  * 16093), run the job's staging now (prolog.c). Returns 0: the outcome is in
- * the status file that user_init reads. */
+ * the status file that each task reads (sh_remote_task_privileged). */
 int sh_step_stage_run(spank_t sp, int ac, char **av);
 int sh_remote_task_init(spank_t sp);
 

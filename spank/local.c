@@ -1,4 +1,5 @@
-/* stagehand.so, job-script context: the job prolog's local check.
+/* stagehand.so, job-script context: the local check of the job's staging
+ * on this node (in the job prolog's staging process, prolog.c).
  *
  * A node whose copy of every image is current has nothing to wait for: the
  * agents' collective decision (DESIGN.md §2 steps 3-5) only matters to the
@@ -8,8 +9,9 @@
  * agent's own functions (stagehand/local.h), that SRC as this node sees it
  * matches DST's recorded metadata, that DST's directory is not on a shared
  * filesystem, and records the job's claim on DST and looks for conflicting
- * claims. When every image passes, the prolog records success and ends;
- * the agent still runs, detached, for the other nodes' sake (prolog.c). */
+ * claims. When every image passes, the node's status records success; a
+ * sentinel stays for the other nodes' sake and starts the agent only if
+ * one of them needs this node (prolog.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -60,6 +62,11 @@ static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
                                                   const char *rundir, const gid_t *groups,
                                                   int ngroups, int fd)
 {
+    /* No descriptor but @fd and stdio: a check stuck on a hung filesystem
+     * must not keep the job's staging lock (prolog.c) held. */
+    if (fd > STDERR_FILENO + 1)
+        close_range(STDERR_FILENO + 1, (unsigned)fd - 1, 0);
+    close_range((unsigned)fd + 1, ~0U, 0);
     if (setgroups((size_t)ngroups, groups) != 0 || setgid(job->gid) != 0 ||
         setuid(job->uid) != 0)
         child_fail(fd, "cannot become %s (uid %u): %s", job->user, (unsigned)job->uid,

@@ -1,13 +1,19 @@
 /* stagehand.so, job-script context (slurmd prolog and epilog, as root).
  *
- * The prolog forks stagehand-agent as root with its own process group, hands
- * it its inputs through a pipe (never argv or the environment: F19), reads
- * its outcome from another pipe within the staging deadline, kills the
- * process group on expiry and records the outcome in a root-owned status file
- * that slurmstepd reads at step start (remote.c). It returns an error to
- * slurmd only for a node fault under on_node_fault=drain: a required plugin's
- * prolog error drains the node and requeues+holds the job (measured), which
- * is never right for a user's mistake (DESIGN.md §3). */
+ * The job prolog takes the job's staging lock and forks the process that
+ * stages for this node (defer_staging), then ends; that process holds the
+ * lock until it has written the job's status, and every step's start waits
+ * for the lock before it reads the status (sh_step_stage_run, remote.c), so
+ * no step runs before its node's staging is done. The staging: a local check
+ * (local.c; a current node stays on as a sentinel for the others), else
+ * stagehand-agent, spawned as root with its own process group, its inputs
+ * through a pipe (never argv or the environment: F19), its outcome read from
+ * another pipe within the staging deadline, its process group killed on
+ * expiry, the outcome recorded in a root-owned status file. Under
+ * on_node_fault=drain the prolog stages itself and returns an error to
+ * slurmd for a node fault: a required plugin's prolog error drains the node
+ * and requeues+holds the job (measured), which is never right for a user's
+ * mistake (DESIGN.md §3). */
 #include "config.h"
 
 #include <dirent.h>
@@ -24,6 +30,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,6 +50,9 @@
 /* Seconds the agent gets beyond the staging deadline to report and clean up
  * before its process group is killed. */
 #define PROLOG_GRACE_S 10
+
+/* The process name of a task waiting for its node's staging (prctl(2)). */
+#define SH_WAIT_NAME "stagehand-wait"
 
 /* The descriptor a woken sentinel hands the agent its listener on. */
 #define SH_SENTINEL_LISTENER_FD 3
@@ -357,19 +367,29 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
     char c = 1;
 
     /* Its own session: slurmd kills the prolog's process group when the
-     * prolog ends. No descriptor of slurmstepd's but @ready: the job's
-     * staging lock (lock_job_staging) must not outlive the prolog. */
-    setsid();
+     * prolog ends (a deferred staging process already leads a process group
+     * of its own, which the prolog gave it: there setsid fails, EPERM, and
+     * changes nothing). No descriptor of slurmstepd's but @ready (< 0:
+     * none): the job's staging lock (lock_job_staging) must not be held by
+     * a process that outlives the staging. */
+    if (getpgrp() != getpid())
+        setsid();
     (void)prctl(PR_SET_NAME, SH_SENTINEL_NAME, 0, 0, 0);
-    close_range(STDERR_FILENO + 1, (unsigned)ready - 1, 0);
-    close_range((unsigned)ready + 1, ~0U, 0);
+    if (ready >= 0) {
+        close_range(STDERR_FILENO + 1, (unsigned)ready - 1, 0);
+        close_range((unsigned)ready + 1, ~0U, 0);
+    } else {
+        close_range(STDERR_FILENO + 1, ~0U, 0);
+    }
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
     lfd = sh_ctl_bind(NULL, job->jobid, SH_AGENT_STEP_JOB, cfg->port_base, cfg->port_range,
                       sh_ctl_default_probe(cfg->port_range), 128, &port);
-    (void)!write(ready, &c, 1);
-    close(ready);
+    if (ready >= 0) {
+        (void)!write(ready, &c, 1);
+        close(ready);
+    }
     if (lfd >= 0) {
         struct pollfd pfd = { .fd = lfd, .events = POLLIN };
         int rc;
@@ -417,11 +437,18 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
  * epilog. Without a free port it starts the agent at once, which then binds
  * its own. This node's outcome stays a success if neither starts: the other
  * nodes' agents report this node as missing. */
+/* How long a sentinel waits for another node's agent (join_timeout), in ms. */
+static int sentinel_wait_ms(const struct sh_config *cfg)
+{
+    int64_t wait_ms = (int64_t)cfg->join_timeout_ns / SH_NS_PER_MS;
+
+    return wait_ms > INT32_MAX ? INT32_MAX : (int)wait_ms;
+}
+
 static void start_detached(const struct sh_config *cfg, const struct sh_stage_job *job,
                            int ac, char **av)
 {
     int ready[2] = { -1, -1 };
-    int64_t wait_ns = (int64_t)cfg->join_timeout_ns;
     struct pollfd pfd;
     pid_t pid;
     char c;
@@ -434,9 +461,7 @@ static void start_detached(const struct sh_config *cfg, const struct sh_stage_jo
     pid = fork();
     if (pid == 0) {
         close(ready[0]);
-        sentinel(cfg, job, ac, av, ready[1],
-                 wait_ns / SH_NS_PER_MS > INT32_MAX ? INT32_MAX
-                                                     : (int)(wait_ns / SH_NS_PER_MS));
+        sentinel(cfg, job, ac, av, ready[1], sentinel_wait_ms(cfg));
     }
     close(ready[1]);
     if (pid < 0) {
@@ -483,6 +508,110 @@ static int lock_job_staging(uint32_t jobid, const char *status_path, bool *done)
     return fd;
 }
 
+bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop)
+{
+    char path[64], name[17] = "";
+    sigset_t old;
+    int64_t t0 = sh_now_ns();
+    bool renamed = false;
+    int fd;
+
+    snprintf(path, sizeof(path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    if (stop == NULL) {
+        while (flock(fd, op) != 0 && errno == EINTR)
+            ;
+        close(fd);
+        return true;
+    }
+    /* flock(2) cannot be polled together with signals: try, then wait for
+     * one of @stop (blocked meanwhile, so none is lost) for an eighth of the
+     * time waited so far, between 1 and 100 ms. While it waits the process
+     * has a name of its own (prctl(2) PR_SET_NAME): Slurm's
+     * proctrack/linuxproc signals no process of a step that still bears
+     * slurmstepd's name (22.05 kill_tree.c), and a task before its exec does. */
+    sigprocmask(SIG_BLOCK, stop, &old);
+    if (flock(fd, op | LOCK_NB) != 0 && prctl(PR_GET_NAME, name, 0, 0, 0) == 0)
+        renamed = prctl(PR_SET_NAME, SH_WAIT_NAME, 0, 0, 0) == 0;
+    while (renamed && flock(fd, op | LOCK_NB) != 0 &&
+           (errno == EWOULDBLOCK || errno == EINTR)) {
+        int64_t wait_ns = (sh_now_ns() - t0) / 8;
+        struct timespec ts;
+        sigset_t one;
+        int sig;
+
+        if (wait_ns < SH_NS_PER_MS)
+            wait_ns = SH_NS_PER_MS;
+        if (wait_ns > 100 * SH_NS_PER_MS)
+            wait_ns = 100 * SH_NS_PER_MS;
+        ts.tv_sec = (time_t)(wait_ns / 1000000000LL);
+        ts.tv_nsec = (long)(wait_ns % 1000000000LL);
+        sig = sigtimedwait(stop, NULL, &ts);
+        if (sig <= 0)
+            continue;
+        /* Stopped while it waited: die of that signal, as the task would
+         * have with its program running. */
+        close(fd);
+        signal(sig, SIG_DFL);
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        raise(sig);
+        _exit(128 + sig);
+    }
+    if (renamed)
+        (void)prctl(PR_SET_NAME, name, 0, 0, 0);
+    else
+        while (flock(fd, op) != 0 && errno == EINTR)
+            ;
+    close(fd);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return true;
+}
+
+/* The job prolog (@lock_fd: the job's staging lock, held): fork the process
+ * that stages for this node, give it a process group of its own (slurmd
+ * kills the prolog's when the prolog ends; set here, in the parent, so the
+ * prolog need not wait until the child has run), record it for the epilog
+ * and end the prolog. The child holds the lock (the same open file
+ * description) until it has written the job's status; a step's tasks wait
+ * for it (sh_wait_job_staging), so no step starts before this node's staging
+ * is done, as with a staging in the prolog itself. The prolog's end is what
+ * slurmd waits for, and on a loaded node slurmd polls for it (Slurm 22.05:
+ * 10, 30, 70, 150 ms after the start, bench/results/history.md): a prolog
+ * that waited for the local check missed the 70 ms poll. Returns 0 in the
+ * child, the child's pid in the prolog, -1 (errno from fork(2)) when the
+ * prolog must stage itself. */
+static pid_t defer_staging(const struct sh_stage_job *job)
+{
+    pid_t pid = fork(), parent;
+    int pfd;
+
+    if (pid != 0) {
+        if (pid > 0)
+            (void)setpgid(pid, pid);
+        return pid;
+    }
+    (void)setpgid(0, 0);
+    /* Start once the prolog's slurmstepd has gone (bounded: 1 s): on a node
+     * whose cores are all busy as its job starts, work done here before
+     * would only make the prolog end later. */
+    parent = getppid();
+    pfd = parent > 1 ? (int)syscall(SYS_pidfd_open, parent, 0) : -1;
+    if (pfd >= 0) {
+        struct pollfd p = { .fd = pfd, .events = POLLIN };
+
+        if (getppid() == parent)
+            (void)poll(&p, 1, 1000);
+        close(pfd);
+    }
+    /* Recorded for the epilog, which waits for the lock before it looks. */
+    record_detached(job, getpid());
+    return 0;
+}
+
 /* Run the agent for @job and record its outcome in the status file. Returns
  * -1 only for a node fault under on_node_fault=drain (job prolog only). */
 static int run_staging(const struct sh_stage_job *job, int ac, char **av)
@@ -495,6 +624,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     pid_t pid;
     int wstatus = 0, rc, lock_fd = -1;
     bool done = false, prolog = job->stepid < 0 && !job->missed_prolog;
+    bool deferred = false, local_current = false;
 
     /* Not memset: see sh_status_clear(). */
     res.have_result = res.ok = res.node_fault = false;
@@ -540,9 +670,28 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
                  job->nodename, SH_VERSION);
         goto record;
     }
+    /* The job prolog hands the staging to a process of its own and ends,
+     * unless a node fault must fail the prolog (on_node_fault=drain). */
+    if (prolog && lock_fd >= 0 && cfg->on_node_fault != SH_FAULT_DRAIN) {
+        pid_t stager = defer_staging(job);
+
+        if (stager > 0) {
+            close(lock_fd);
+            slurm_debug("stagehand: job %u: prolog done after %.1f ms, process %d stages",
+                        job->jobid, (double)(sh_now_ns() - t_entry) / 1e6, (int)stager);
+            return 0;
+        }
+        if (stager == 0)
+            deferred = true;
+        else
+            slurm_error("stagehand: job %u: fork: %s (staging in the prolog)", job->jobid,
+                        strerror(errno));
+    }
     /* The job prolog on a node whose copies are current: done here. */
     if (prolog && sh_local_current(cfg, job, &res.status)) {
-        start_detached(cfg, job, ac, av);
+        if (!deferred)
+            start_detached(cfg, job, ac, av);
+        local_current = true;
         res.have_result = res.ok = true;
         goto record;
     }
@@ -618,16 +767,25 @@ record:
     if (lock_fd >= 0)
         close(lock_fd);
     slurm_debug("stagehand: job %u: %s done after %.1f ms", job->jobid,
-                prolog ? "prolog" : "staging", (double)(sh_now_ns() - t_entry) / 1e6);
+                prolog && !deferred ? "prolog" : "staging",
+                (double)(sh_now_ns() - t_entry) / 1e6);
     if (res.status.ok) {
         for (size_t i = 0; i < res.status.n_summaries; i++)
             slurm_info("stagehand: job %u user %s: %s", job->jobid, job->user,
                        res.status.summary[i]);
-        return 0;
+    } else {
+        slurm_error("stagehand: job %u user %s: staging failed on %s: %s", job->jobid,
+                    job->user, res.status.node, res.message);
     }
-    slurm_error("stagehand: job %u user %s: staging failed on %s: %s", job->jobid,
-                job->user, res.status.node, res.message);
-    if (prolog && res.node_fault && cfg != NULL && cfg->on_node_fault == SH_FAULT_DRAIN)
+    if (deferred) {
+        /* The staging process: a node whose copies are current stays on as
+         * this node's sentinel (start_detached); any other ends here. */
+        if (local_current)
+            sentinel(cfg, job, ac, av, -1, sentinel_wait_ms(cfg));
+        _exit(0);
+    }
+    if (!res.status.ok && prolog && res.node_fault && cfg != NULL &&
+        cfg->on_node_fault == SH_FAULT_DRAIN)
         return -1;
     return 0;
 }
@@ -701,14 +859,20 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
 {
     static char spec[16384];
     struct sh_stage_job job = { .stepid = -1, .missed_prolog = true };
-    char status_path[512];
+    char status_path[512], lock_path[64];
     char step[24] = "?";
     uint32_t jobid = 0, stepid = 0;
 
+    /* A job prolog ran here when the job's lock exists: its staging
+     * process may still be at work, and the tasks wait for it
+     * (sh_wait_job_staging), where a cancel of the job can kill them. */
     if (spank_getenv(sp, "SLURM_SPANK_" SH_SPEC_ENV, spec, sizeof(spec)) != ESPANK_SUCCESS ||
         spec[0] == '\0' || spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS ||
         sh_status_path(SH_RUNTIME_DIR, jobid, -1, status_path, sizeof(status_path)) != 0 ||
         access(status_path, F_OK) == 0 || errno != ENOENT)
+        return 0;
+    snprintf(lock_path, sizeof(lock_path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    if (access(lock_path, F_OK) == 0 || errno != ENOENT)
         return 0;
     if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST", "SLURM_SPANK_" SH_VERSION_ENV) != 0)
         return 0;
@@ -790,6 +954,10 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     (void)av;
     if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
         return 0;
+    /* A staging of this job still running here (a job cancelled while its
+     * images were copied) ends first, as a prolog would: its deadline
+     * bounds it. */
+    (void)sh_wait_job_staging(jobid, LOCK_EX, NULL);
     if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) == 0)
         unlink(path);
     /* The job's runtime directory belongs to the job user: remove it without

@@ -1,14 +1,20 @@
-/* stagehand.so, remote context (slurmstepd): at step start, read this node's
- * staging outcome written by the prolog (prolog.c) and either export the
- * staged paths to the tasks or fail the step with the message on the task's
- * stderr (for a batch job that is the job's output file). A job that asked
- * for staging but has no status on this node never runs without its image. */
+/* stagehand.so, remote context (slurmstepd): in each task before it runs,
+ * wait for this node's staging of the job (the job prolog's staging process
+ * holds the job's lock until it has written the outcome, prolog.c), read
+ * the outcome and either export the staged paths to the task or fail it with
+ * the message on its stderr (for a batch job that is the job's output
+ * file). A job that asked for staging but has no status on this node never
+ * runs without its image. The wait is in the task, not in slurmstepd: a
+ * task is in the step's process container, so a cancel of the job kills it
+ * while it waits, and its program never starts. */
 #include "config.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 
 #include <slurm/spank.h>
 
@@ -72,15 +78,21 @@ static void export_images(spank_t sp, const struct sh_status *st)
     free(list);
 }
 
-int sh_remote_user_init(spank_t sp)
+int sh_remote_task_privileged(spank_t sp)
 {
     char path[512], shown[8];
     uint32_t jobid = 0, stepid = 0;
     bool step_staged;
+    sigset_t stop;
     int rc;
 
     if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
         return 0;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGHUP);
+    (void)sh_wait_job_staging(jobid, LOCK_SH, &stop);
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
         stepid = 0;
     /* An srun inside the job that brought images of its own staged them at

@@ -83,13 +83,13 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
     return sh_epilog_run(sp, ac, av);
 }
 
-int slurm_spank_user_init(spank_t sp, int ac, char **av)
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
     (void)ac;
     (void)av;
     if (spank_context() != S_CTX_REMOTE)
         return 0;
-    return sh_remote_user_init(sp);
+    return sh_remote_task_privileged(sp);
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

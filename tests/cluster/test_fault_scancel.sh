@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 6 fault matrix, case F06: scancel in the middle of the broadcast,
-# then the same job again. The cancelled job ends at once; its staging, which
-# slurmd lets the prolog finish, either completes (a whole, verified DST) or
-# leaves nothing under DST's name; no engine or agent of it outlives the
+# then the same job again. The cancelled job ends at once and its script
+# never runs (its task, waiting for the node's staging, is killed); its
+# staging, which the epilog lets finish as slurmd would a prolog, either
+# completes (a whole, verified DST) or leaves nothing under DST's name; no engine or agent of it outlives the
 # staging deadline's order of magnitude (here: 30 s), no temp file or runtime
 # state is left, no node is drained, and the resubmitted job works.
 # shellcheck source=tests/cluster/lib.sh
@@ -22,7 +23,9 @@ cleanup() {
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
-make_slow_source "$src" 384 ||
+# 1 GiB: the staging must outlast the look for its temp files and the 0.3 s
+# after it (384 MiB, staged in 1.3 s, did not always)
+make_slow_source "$src" 1024 ||
     fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 

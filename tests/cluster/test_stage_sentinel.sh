@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 5 (the no-op at job start): when every node's copy is current, no
-# agent starts anywhere. Each node's prolog ends after its own check and
-# leaves a sentinel: a fork of the prolog (process name sh-sentinel, root,
-# a session of its own, no exec) that holds the job's control-plane port
+# agent starts anywhere. Each node's prolog hands its staging to a process
+# of its own and ends; after the local check that process stays on as the
+# sentinel (process name sh-sentinel, root, leading a process group of its
+# own so that slurmd's kill of the prolog's group misses it; no exec) that
+# holds the job's control-plane port
 # and would start the agent if another node's agent connected. Here nothing
 # connects: during the job every node still has its recorded sentinel, never
 # exec'd, and no stagehand-agent; the epilog stops the sentinels, nothing is
@@ -32,8 +34,8 @@ for n in $MINICLUSTER_NODES; do
     snt=$(named_pids "$n" sh-sentinel | tr '\n' ' ')
     [[ " $snt " == *" $rec "* ]] || fail "$n: the recorded process $rec is not a sentinel (sentinels: '$snt'; comm: $(on_node "$n" cat "/proc/$rec/comm" 2>&1))"
     [ "$(on_node "$n" stat -c %U "/proc/$rec")" = root ] || fail "$n: sentinel $rec is not root's"
-    [ "$(on_node "$n" ps -o sid= -p "$rec" | tr -d ' ')" = "$rec" ] ||
-        fail "$n: sentinel $rec does not lead its own session"
+    [ "$(on_node "$n" ps -o pgid= -p "$rec" | tr -d ' ')" = "$rec" ] ||
+        fail "$n: sentinel $rec does not lead its own process group"
     agents=$(named_pids "$n" stagehand-agent | tr '\n' ' ')
     [ -z "$agents" ] || fail "$n: an agent runs although every node is current: $agents"
 done
