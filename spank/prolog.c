@@ -2,9 +2,9 @@
  *
  * The job prolog takes the job's staging lock and forks the process that
  * stages for this node (defer_staging), then ends; that process holds the
- * lock until it has written the job's status, and every step's start waits
- * for the lock before it reads the status (sh_step_stage_run, remote.c), so
- * no step runs before its node's staging is done. The staging: a local check
+ * lock until it has written the job's status, and each task waits for the
+ * lock before it reads the status (sh_wait_job_staging, remote.c), so no
+ * task's program starts before its node's staging is done. The staging: a local check
  * (local.c; a current node stays on as a sentinel for the others), else
  * stagehand-agent, spawned as root with its own process group, its inputs
  * through a pipe (never argv or the environment: F19), its outcome read from
@@ -424,6 +424,14 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
     _exit(127);
 }
 
+/* How long a sentinel waits for another node's agent (join_timeout), in ms. */
+static int sentinel_wait_ms(const struct sh_config *cfg)
+{
+    int64_t wait_ms = (int64_t)cfg->join_timeout_ns / SH_NS_PER_MS;
+
+    return wait_ms > INT32_MAX ? INT32_MAX : (int)wait_ms;
+}
+
 /* This node's copies are current (sh_local_current): leave the other nodes a
  * sentinel, and remember it for the epilog. The sentinel (a fork, no exec:
  * no library is loaded) holds this node's control-plane port in a session
@@ -437,14 +445,6 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
  * epilog. Without a free port it starts the agent at once, which then binds
  * its own. This node's outcome stays a success if neither starts: the other
  * nodes' agents report this node as missing. */
-/* How long a sentinel waits for another node's agent (join_timeout), in ms. */
-static int sentinel_wait_ms(const struct sh_config *cfg)
-{
-    int64_t wait_ms = (int64_t)cfg->join_timeout_ns / SH_NS_PER_MS;
-
-    return wait_ms > INT32_MAX ? INT32_MAX : (int)wait_ms;
-}
-
 static void start_detached(const struct sh_config *cfg, const struct sh_stage_job *job,
                            int ac, char **av)
 {
@@ -478,6 +478,13 @@ static void start_detached(const struct sh_config *cfg, const struct sh_stage_jo
     record_detached(job, pid);
 }
 
+/* The job's staging lock: SH_RUNTIME_DIR/<jobid>.lock, into @buf (64 bytes
+ * are enough). */
+static void job_lock_path(uint32_t jobid, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+}
+
 /* The job's staging runs once on a node: in the job prolog, or at the start
  * of the first step when no prolog ran (sh_step_stage_run), and a second
  * step that starts meanwhile waits for it. Take the job's lock,
@@ -491,7 +498,7 @@ static int lock_job_staging(uint32_t jobid, const char *status_path, bool *done)
     int fd;
 
     *done = false;
-    snprintf(path, sizeof(path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    job_lock_path(jobid, path, sizeof(path));
     fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
@@ -516,7 +523,7 @@ bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop)
     bool renamed = false;
     int fd;
 
-    snprintf(path, sizeof(path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    job_lock_path(jobid, path, sizeof(path));
     fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return false;
@@ -533,15 +540,14 @@ bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop)
      * proctrack/linuxproc signals no process of a step that still bears
      * slurmstepd's name (22.05 kill_tree.c), and a task before its exec does. */
     sigprocmask(SIG_BLOCK, stop, &old);
-    if (flock(fd, op | LOCK_NB) != 0 && prctl(PR_GET_NAME, name, 0, 0, 0) == 0)
-        renamed = prctl(PR_SET_NAME, SH_WAIT_NAME, 0, 0, 0) == 0;
-    while (renamed && flock(fd, op | LOCK_NB) != 0 &&
-           (errno == EWOULDBLOCK || errno == EINTR)) {
+    while (flock(fd, op | LOCK_NB) != 0 && (errno == EWOULDBLOCK || errno == EINTR)) {
         int64_t wait_ns = (sh_now_ns() - t0) / 8;
         struct timespec ts;
         sigset_t one;
         int sig;
 
+        if (!renamed && prctl(PR_GET_NAME, name, 0, 0, 0) == 0)
+            renamed = prctl(PR_SET_NAME, SH_WAIT_NAME, 0, 0, 0) == 0;
         if (wait_ns < SH_NS_PER_MS)
             wait_ns = SH_NS_PER_MS;
         if (wait_ns > 100 * SH_NS_PER_MS)
@@ -563,20 +569,17 @@ bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop)
     }
     if (renamed)
         (void)prctl(PR_SET_NAME, name, 0, 0, 0);
-    else
-        while (flock(fd, op) != 0 && errno == EINTR)
-            ;
     close(fd);
     sigprocmask(SIG_SETMASK, &old, NULL);
     return true;
 }
 
-/* The job prolog (@lock_fd: the job's staging lock, held): fork the process
- * that stages for this node, give it a process group of its own (slurmd
- * kills the prolog's when the prolog ends; set here, in the parent, so the
- * prolog need not wait until the child has run), record it for the epilog
- * and end the prolog. The child holds the lock (the same open file
- * description) until it has written the job's status; a step's tasks wait
+/* The job prolog, holding the job's staging lock: fork the process that
+ * stages for this node and give it a process group of its own (slurmd kills
+ * the prolog's when the prolog ends; set here, in the parent, so the prolog
+ * need not wait until the child has run); the child records itself for the
+ * epilog. The child holds the lock (the same open file description) until
+ * it has written the job's status; a step's tasks wait
  * for it (sh_wait_job_staging), so no step starts before this node's staging
  * is done, as with a staging in the prolog itself. The prolog's end is what
  * slurmd waits for, and on a loaded node slurmd polls for it (Slurm 22.05:
@@ -871,7 +874,7 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
         sh_status_path(SH_RUNTIME_DIR, jobid, -1, status_path, sizeof(status_path)) != 0 ||
         access(status_path, F_OK) == 0 || errno != ENOENT)
         return 0;
-    snprintf(lock_path, sizeof(lock_path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    job_lock_path(jobid, lock_path, sizeof(lock_path));
     if (access(lock_path, F_OK) == 0 || errno != ENOENT)
         return 0;
     if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST", "SLURM_SPANK_" SH_VERSION_ENV) != 0)

@@ -82,7 +82,7 @@ int sh_remote_task_privileged(spank_t sp)
 {
     char path[512], shown[8];
     uint32_t jobid = 0, stepid = 0;
-    bool step_staged;
+    bool step_staged, staged_here;
     sigset_t stop;
     int rc;
 
@@ -92,7 +92,7 @@ int sh_remote_task_privileged(spank_t sp)
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGHUP);
-    (void)sh_wait_job_staging(jobid, LOCK_SH, &stop);
+    staged_here = sh_wait_job_staging(jobid, LOCK_SH, &stop);
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
         stepid = 0;
     /* An srun inside the job that brought images of its own staged them at
@@ -107,11 +107,17 @@ int sh_remote_task_privileged(spank_t sp)
         if (!step_staged && !job_asked(sp))
             return 0;
         remote.asked = remote.failed = remote.node_only = true;
-        snprintf(remote.message, sizeof(remote.message),
-                 "--stage-image: job %u has no staging status on this node: the "
-                 "job prolog did not run stagehand here. Is PrologFlags=Alloc "
-                 "set in slurm.conf, and was slurmd restarted after stagehand "
-                 "was installed?", jobid);
+        if (staged_here)
+            snprintf(remote.message, sizeof(remote.message),
+                     "--stage-image: job %u has no staging status on this node: "
+                     "its staging process ended without writing one (killed?); "
+                     "see the slurmd log", jobid);
+        else
+            snprintf(remote.message, sizeof(remote.message),
+                     "--stage-image: job %u has no staging status on this node: the "
+                     "job prolog did not run stagehand here. Is PrologFlags=Alloc "
+                     "set in slurm.conf, and was slurmd restarted after stagehand "
+                     "was installed?", jobid);
         return 0;
     }
     remote.asked = true;
