@@ -280,12 +280,12 @@ raw_chain() { # bytes nodes: n1 -> n2 -> ... -> nK, each hop writes to /nvme
     # prints "MB/s busy%": the payload rate and how busy the host's CPUs were
     # (the start of the K processes included; the local cpu0 is the mark
     # host_busy_pct counts from, in place of mem_mark's)
-    local b=$1 k=$2 i f pids=() res cpu0
+    local b=$1 k=$2 i fwd pids=() res cpu0
     cpu0=$(cpu_ticks)
     for ((i = k; i >= 2; i--)); do
-        f=()
-        [ "$i" -lt "$k" ] && f=(--forward "$(node_ip "n$((i + 1))"):5999")
-        "$mc" exec "n$i" -- timeout 120 "$R" recv 5999 "${f[@]}" --out /nvme/raw.tmp >/dev/null &
+        fwd=()
+        [ "$i" -lt "$k" ] && fwd=(--forward "$(node_ip "n$((i + 1))"):5999")
+        "$mc" exec "n$i" -- timeout 120 "$R" recv 5999 "${fwd[@]}" --out /nvme/raw.tmp >/dev/null &
         pids+=($!)
     done
     res=$("$mc" exec n1 -- timeout 120 "$R" send "$(node_ip n2):5999" "$b")
@@ -372,6 +372,7 @@ local_write_MBps=$B_write
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 date_start=$(date -u +%Y-%m-%dT%H:%MZ)
 prolog_local_check=1
+staging_process=1
 prolog_epilog_timeout=${MINICLUSTER_PROLOG_EPILOG_TIMEOUT:-180}
 host_cpus=$(nproc)
 host_exec_ms_start=$probe_exec
