@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Issue 5 (the prolog hands the staging off) and cases F06/F21: each node's
+# job prolog forks the node's staging process and ends; the job's tasks wait
+# for it before their programs start. (a) While the nodes stage, the job is
+# RUNNING (not CONFIGURING), its script has not started, and the batch task
+# waits under the name stagehand-wait; the script starts once the staging is
+# done and finds DST complete. (b) A node's staging process killed in the
+# middle (with the agent it started) leaves that node without a status: the
+# job fails with a message that says so instead of one about PrologFlags, no
+# partial DST or temp file is left, no node is drained, and the job staged
+# again works.
+# shellcheck source=tests/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+fault_test_files twait stage-task-wait
+make_slow_source "$src" 1024 || fail "cannot create $src"
+want=$(md5sum "$src" | cut -d' ' -f1)
+
+submit() {
+    rm -f "$out"
+    # shellcheck disable=SC2016
+    as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+        --wrap 'echo "script-ran $(md5sum '"$dst"' | cut -d" " -f1)"'
+}
+staging_started() {
+    for _ in $(seq 1 300); do
+        [ -n "$(temp_files_in "/nvme/$tok")" ] && return 0
+        sleep 0.02
+    done
+    return 1
+}
+
+# (a) the job runs, its task waits
+id=$(submit) || fail "sbatch: $id"
+staging_started || fail "the transfer did not start: $(cat "$out" 2>/dev/null)"
+st=$(squeue -h -j "$id" -o %T)
+[ "$st" = RUNNING ] || fail "job $id is $st while its nodes stage (want RUNNING: the prolog has ended)"
+! grep -q script-ran "$out" 2>/dev/null || fail "the script started before the staging ended"
+waiting=$(named_pids n1 stagehand-wait)
+[ -n "$waiting" ] || fail "no task named stagehand-wait on n1 while it stages"
+[ "$(on_node n1 stat -c %U "/proc/$(echo "$waiting" | head -1)")" = root ] ||
+    fail "the waiting task is not root's (task_init_privileged runs as root)"
+st=$(wait_job_end "$id" 120)
+[ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out")"
+grep -q "^script-ran $want\$" "$out" || fail "the script did not see DST complete: $(cat "$out")"
+assert_runtime_gone "$id"
+echo "ok: job RUNNING while it staged, task waiting as stagehand-wait, script started on a complete DST"
+
+# (b) n1's staging process and its agent killed in the middle
+for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+id=$(submit) || fail "sbatch: $id"
+staging_started || fail "the transfer did not start: $(cat "$out" 2>/dev/null)"
+sp=$(on_node n1 cat "/run/stagehand/$id.agent" 2>/dev/null | cut -d' ' -f1)
+[ -n "$sp" ] || fail "n1: no staging process recorded in /run/stagehand/$id.agent"
+on_node n1 sh -c "pkill -9 -P $sp stagehand-agent; kill -9 $sp" || fail "n1: cannot kill staging process $sp"
+st=$(wait_job_end "$id" 120)
+[ "$st" = FAILED ] || fail "job $id ended $st after its staging process was killed: $(cat "$out")"
+grep -q "job $id has no staging status on this node: its staging process ended without writing one" "$out" ||
+    fail "no message about the killed staging process: $(cat "$out")"
+! grep -q "PrologFlags" "$out" || fail "the message blames PrologFlags: $(cat "$out")"
+! grep -q script-ran "$out" || fail "the script ran without its image"
+for _ in $(seq 1 150); do
+    left=""
+    for n in $MINICLUSTER_NODES; do left+=$(engine_pids "$n" "$tok"); done
+    [ -z "$left" ] && break
+    sleep 0.2
+done
+[ -z "$left" ] || fail "engines still run 30 s after the staging process was killed: $left"
+for n in $MINICLUSTER_NODES; do
+    got=$(node_md5 "$n" "$dst")
+    [ -z "$got" ] || [ "$got" = "$want" ] || fail "$n: a partial DST is visible"
+done
+left=$(temp_files_in "/nvme/$tok")
+[ -z "$left" ] || fail "temp files left: $left"
+assert_runtime_gone "$id" 30
+assert_no_drain
+echo "ok: staging process killed: the job failed saying so, no partial DST, no temp file, no drain"
+
+id=$(submit) || fail "sbatch: $id"
+st=$(wait_job_end "$id" 120)
+[ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out")"
+grep -q "^script-ran $want\$" "$out" || fail "the job staged again did not see DST: $(cat "$out")"
+assert_no_drain
+echo "ok: the job staged again works"
