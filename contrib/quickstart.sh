@@ -107,7 +107,7 @@ done
 
 step "re-submit the same job (no-op: every node is current)"
 run_job again
-echo "(each node that is current ends its prolog on its own: the summary above is n1's, the"
+echo "(each node that is current is done on its own, without waiting for the others: the summary above is n1's, the"
 echo " batch node's; the other nodes' lines are in $MINICLUSTER_STATE/log/slurmd.nX.log)"
 
 step "done"

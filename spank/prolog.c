@@ -51,6 +51,9 @@
  * before its process group is killed. */
 #define PROLOG_GRACE_S 10
 
+/* The process name of a node's staging process until it becomes the
+ * sentinel (prctl(2)), for ps and the admin. */
+#define SH_STAGING_NAME "stagehand-stage"
 /* The process name of a task waiting for its node's staging (prctl(2)). */
 #define SH_WAIT_NAME "stagehand-wait"
 
@@ -598,6 +601,7 @@ static pid_t defer_staging(const struct sh_stage_job *job)
         return pid;
     }
     (void)setpgid(0, 0);
+    (void)prctl(PR_SET_NAME, SH_STAGING_NAME, 0, 0, 0);
     /* Start once the prolog's slurmstepd has gone (bounded: 1 s): on a node
      * whose cores are all busy as its job starts, work done here before
      * would only make the prolog end later. */
