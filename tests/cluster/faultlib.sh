@@ -161,3 +161,20 @@ fault_test_cleanup() {
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 
+# After job @1's staging of $dst (token $tok) was stopped (@3: how, for the
+# messages): within 30 s no engine of it runs, no temp file is left and its
+# runtime state is gone; each node's DST is absent or whole (md5 @2); no
+# node is drained.
+assert_stopped_staging_clean() {
+    local id=$1 want=$2 what=$3 left n got
+    left=$(procs_left engine_pids "$tok" 30)
+    [ -z "$left" ] || fail "engines still run 30 s after $what: $left"
+    assert_runtime_gone "$id" 30
+    for n in $MINICLUSTER_NODES; do
+        got=$(node_md5 "$n" "$dst")
+        [ -z "$got" ] || [ "$got" = "$want" ] || fail "$n: a partial DST is visible after $what"
+    done
+    left=$(temp_files_in "/nvme/$tok")
+    [ -z "$left" ] || fail "temp files left after $what: $left"
+    assert_no_drain
+}

@@ -48,22 +48,8 @@ st=$(wait_job_end "$id" 10)
 echo "job $id cancelled after $((SECONDS - t0)) s"
 
 # its staging processes end (they finish or fail; never linger)
-for _ in $(seq 1 150); do
-    left=""
-    for n in $MINICLUSTER_NODES; do left+=$(engine_pids "$n" "$tok"); done
-    [ -z "$left" ] && break
-    sleep 0.2
-done
-[ -z "$left" ] || fail "engines of the cancelled job still run 30 s later: $left"
-assert_runtime_gone "$id" 30
-for n in $MINICLUSTER_NODES; do
-    got=$(node_md5 "$n" "$dst")
-    [ -z "$got" ] || [ "$got" = "$want" ] || fail "$n: a partial DST is visible after scancel"
-done
-left=$(temp_files_in "/nvme/$tok")
-[ -z "$left" ] || fail "temp files left after scancel: $left"
+assert_stopped_staging_clean "$id" "$want" scancel
 ! grep -q script-ran "$out" 2>/dev/null || fail "the cancelled job's script ran"
-assert_no_drain
 echo "ok: cancelled job: no partial DST, no temp file, no runtime state, no drain"
 
 # the same job again

@@ -62,21 +62,7 @@ grep -q "job $id has no staging status on this node: its staging process ended w
     fail "no message about the killed staging process: $(cat "$out")"
 ! grep -q "PrologFlags" "$out" || fail "the message blames PrologFlags: $(cat "$out")"
 ! grep -q script-ran "$out" || fail "the script ran without its image"
-for _ in $(seq 1 150); do
-    left=""
-    for n in $MINICLUSTER_NODES; do left+=$(engine_pids "$n" "$tok"); done
-    [ -z "$left" ] && break
-    sleep 0.2
-done
-[ -z "$left" ] || fail "engines still run 30 s after the staging process was killed: $left"
-for n in $MINICLUSTER_NODES; do
-    got=$(node_md5 "$n" "$dst")
-    [ -z "$got" ] || [ "$got" = "$want" ] || fail "$n: a partial DST is visible"
-done
-left=$(temp_files_in "/nvme/$tok")
-[ -z "$left" ] || fail "temp files left: $left"
-assert_runtime_gone "$id" 30
-assert_no_drain
+assert_stopped_staging_clean "$id" "$want" "the staging process was killed"
 echo "ok: staging process killed: the job failed saying so, no partial DST, no temp file, no drain"
 
 id=$(submit) || fail "sbatch: $id"
