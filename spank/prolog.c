@@ -332,6 +332,15 @@ static void record_detached(const struct sh_stage_job *job, pid_t pid)
         close(fd);
 }
 
+/* Remove the record of job @jobid's detached process (record_detached). */
+static void forget_detached(uint32_t jobid)
+{
+    char path[128];
+
+    snprintf(path, sizeof(path), "%s/%u.agent", SH_RUNTIME_DIR, jobid);
+    (void)unlink(path);
+}
+
 /* Epilog: stop the detached agent recorded in @name under @rfd, if that very
  * process still runs (pid and start time), with its process group. */
 static void stop_detached(int rfd, uint32_t jobid, const char *name)
@@ -771,8 +780,6 @@ record:
     if (sh_status_write(status_path, &res.status) != 0)
         slurm_error("stagehand: job %u: cannot write %s: %s", job->jobid,
                     status_path, strerror(errno));
-    if (lock_fd >= 0)
-        close(lock_fd);
     slurm_debug("stagehand: job %u: %s done after %.1f ms", job->jobid,
                 prolog && !deferred ? "prolog" : "staging",
                 (double)(sh_now_ns() - t_entry) / 1e6);
@@ -784,6 +791,12 @@ record:
         slurm_error("stagehand: job %u user %s: staging failed on %s: %s", job->jobid,
                     job->user, res.status.node, res.message);
     }
+    /* The lock last: the epilog waits for it and then stops the recorded
+     * process, which must have logged its outcome by then. */
+    if (deferred && !local_current)
+        forget_detached(job->jobid); /* it ends here: nothing to stop */
+    if (lock_fd >= 0)
+        close(lock_fd);
     if (deferred) {
         /* The staging process: a node whose copies are current stays on as
          * this node's sentinel (start_detached); any other ends here. */
