@@ -5,16 +5,26 @@
 
 : "${SLURM_CONF:?run under tests/run.sh or after: eval \"\$(contrib/minicluster/minicluster env)\"}"
 : "${MINICLUSTER_USER:?}"
+: "${MINICLUSTER_OTHER_USER:=shother}"
 : "${MINICLUSTER:?}"
 : "${STAGEHAND_PREFIX:?}"
 
 # Run a command as the unprivileged test user (login side, root namespaces),
 # in a scratch directory the user owns.
-as_user() {
-    (cd /shared && runuser -u "$MINICLUSTER_USER" -- env SLURM_CONF="$SLURM_CONF" \
+as_user() { run_as "$MINICLUSTER_USER" "$@"; }
+
+# run_as USER CMD...: as_user for any user.
+run_as() {
+    local u=$1
+    shift
+    (cd /shared && runuser -u "$u" -- env SLURM_CONF="$SLURM_CONF" \
         PATH="$STAGEHAND_PREFIX/bin:/usr/local/bin:/usr/bin:/bin" \
-        HOME="$(getent passwd "$MINICLUSTER_USER" | cut -d: -f6)" "$@")
+        HOME="$(getent passwd "$u" | cut -d: -f6)" "$@")
 }
+
+# Run a command as the second unprivileged user (MINICLUSTER_OTHER_USER, the
+# other party of the security tests), like as_user.
+as_other() { run_as "$MINICLUSTER_OTHER_USER" "$@"; }
 
 # Run a command inside node $1's namespaces (as root unless wrapped).
 on_node() {
@@ -28,6 +38,13 @@ on_node_as_user() {
     local node=$1
     shift
     "$MINICLUSTER" exec "$node" -- runuser -u "$MINICLUSTER_USER" -- "$@"
+}
+
+# Run a command inside node $1's namespaces as the second user.
+on_node_as_other() {
+    local node=$1
+    shift
+    "$MINICLUSTER" exec "$node" -- runuser -u "$MINICLUSTER_OTHER_USER" -- "$@"
 }
 
 # Wait until every node is idle again (after jobs end); fails on a drained node.
