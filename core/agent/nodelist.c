@@ -8,6 +8,15 @@
 #include <string.h>
 
 #include <slurm/slurm.h>
+#include <slurm/slurm_version.h>
+
+/* A hostlist handle: slurm.h made hostlist_t the struct itself in 23.11
+ * (before: a pointer typedef), so the handle is hostlist_t * from then on. */
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 11, 0)
+typedef hostlist_t *sh_hostlist;
+#else
+typedef hostlist_t sh_hostlist;
+#endif
 
 void sh_nodelist_free(char **names, uint32_t count)
 {
@@ -20,7 +29,7 @@ void sh_nodelist_free(char **names, uint32_t count)
 
 int sh_nodelist_expand(const char *expr, char ***names, uint32_t *count)
 {
-    hostlist_t hl;
+    sh_hostlist hl;
     char **out = NULL;
     char *host;
     int n;
