@@ -957,7 +957,7 @@ static void remove_step_state(int rfd, uint32_t jobid)
             continue;
         if (len > 6 && strcmp(de->d_name + len - 6, ".agent") == 0)
             stop_detached(rfd, jobid, de->d_name);
-        if (sh_rmtree_at(rfd, de->d_name, 8) != 0)
+        if (sh_rmtree_at(rfd, de->d_name) != 0)
             slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                         SH_RUNTIME_DIR, de->d_name, strerror(errno));
     }
@@ -989,7 +989,7 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
      * directory it works in goes. */
     remove_step_state(rfd, jobid);
     snprintf(name, sizeof(name), "%u", jobid);
-    if (sh_rmtree_at(rfd, name, 8) != 0)
+    if (sh_rmtree_at(rfd, name) != 0)
         slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                     SH_RUNTIME_DIR, name, strerror(errno));
     close(rfd);
