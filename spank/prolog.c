@@ -884,7 +884,7 @@ void sh_slurmd_prepare(const struct sh_config *cfg)
                 "destinations goes (default_dest=%s): a user may have made it before "
                 "root did. Jobs that stage to the default destination fail on this node "
                 "until an administrator removes it (stagehand leaves it: it may hold "
-                "that user's data) and restarts slurmd", bad.path,
+                "that user's data); the next staging or slurmd start makes root's", bad.path,
                 bad.what != NULL ? bad.what : "not a root-owned directory", owner,
                 cfg->default_dest);
 }

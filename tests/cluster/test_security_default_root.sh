@@ -27,6 +27,7 @@ aout=/shared/$tok.other.out
 aside=/nvme/.stage.$tok
 plug=$MINICLUSTER_STATE/etc/plugstack.conf
 saved=$(mktemp)
+moved=""
 cp -p "$plug" "$saved"
 restart_all() {
     local n
@@ -35,7 +36,7 @@ restart_all() {
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     # the node's own /nvme/stage (other tests' default destinations) back
-    on_node "$node" sh -c "if [ -e '$aside' ]; then rm -rf /nvme/stage && mv '$aside' /nvme/stage; fi"
+    [ -z "$moved" ] || on_node "$node" sh -c "rm -rf /nvme/stage && { [ ! -e '$aside' ] || mv '$aside' /nvme/stage; }"
     cp -p "$saved" "$plug" && rm -f "$saved"
     restart_all
     scontrol update nodename="$node" state=resume 2>/dev/null
@@ -70,6 +71,7 @@ as_other sh -c "head -c 65536 /dev/urandom >'$asrc' && chmod 0644 '$asrc'" || fa
 
 # The default root is missing on $node (moved aside as root); the attacker
 # makes it before root does.
+moved=1
 on_node "$node" sh -c "[ ! -e /nvme/stage ] || mv /nvme/stage '$aside'" || fail "cannot move /nvme/stage aside"
 on_node_as_other "$node" mkdir -m 0755 /nvme/stage || fail "$attacker cannot make /nvme/stage"
 [ "$(on_node "$node" stat -c %U /nvme/stage)" = "$attacker" ] || fail "/nvme/stage is not $attacker's"
