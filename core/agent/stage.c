@@ -91,6 +91,12 @@ struct agent {
     uint32_t index;
     unsigned char kjob[SH_KEY_LEN];
     char rundir[128];       /* /run/stagehand/<jobid> */
+    /* The per-user default directory could not be made because of a user's
+     * object (make_default_dir): every image under it votes this error, so
+     * that all nodes fail the job at once, naming the node and the reason,
+     * instead of waiting for this one (join_timeout). */
+    char dflt[PATH_MAX];
+    char dflt_error[SH_STATUS_LINE_MAX];
     char *mpi_env[MAX_MPI_ENV];   /* "KEY=VALUE" from the site's mpi_env file */
     int n_mpi_env;
     int64_t deadline;
@@ -416,16 +422,17 @@ static bool mpi_env_has(const struct agent *a, const char *key)
     return false;
 }
 
-/* The root part of the set-up. Returns 0, or -1 with the reason in @err and
- * *@user_fault set when a user caused it (make_default_dir): a job error;
- * any other failure is this node's (its runtime directory, disk, site key
- * or mpi_env file). */
-static int root_setup(struct agent *a, char *err, size_t errlen, bool *user_fault)
+/* The root part of the set-up. Returns 0, or -1 with the reason in @err: a
+ * node fault (its runtime directory, disk, site key or mpi_env file). What a
+ * user caused is no node fault (security issue 30 item 3): a user's object
+ * in the way of the default directory is recorded in @a->dflt_error, logged
+ * for the administrator, and becomes this node's vote for the images that
+ * use it (stage_image_run), so the job fails with it on every node. */
+static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;
     char dflt[PATH_MAX];
-
-    *user_fault = false;
+    bool user_fault = false;
 
     if (sh_rundir_make(SH_RUNTIME_DIR, a->in.jobid,
                        a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid, a->in.uid,
@@ -442,8 +449,15 @@ static int root_setup(struct agent *a, char *err, size_t errlen, bool *user_faul
             const char *dst = sh_spec_set_dst(a->specs, i);
             if (strncmp(dst, dflt, dl) == 0 && dst[dl] == '/' &&
                 strchr(dst + dl + 1, '/') == NULL) {
-                if (make_default_dir(a, dflt, err, errlen, user_fault) != 0)
-                    return -1;
+                if (make_default_dir(a, dflt, err, errlen, &user_fault) != 0) {
+                    if (!user_fault)
+                        return -1;
+                    /* The job's error: this node still joins, and votes it. */
+                    snprintf(a->dflt, sizeof(a->dflt), "%s", dflt);
+                    snprintf(a->dflt_error, sizeof(a->dflt_error), "%s", err);
+                    sh_error("stage", "job %" PRIu64 " user %s: %s", a->in.jobid,
+                             a->in.user, err);
+                }
                 break;
             }
         }
@@ -1325,7 +1339,11 @@ static void stage_image_run(struct agent *a, size_t img)
         if (statfs(dir, &fs) == 0)
             fsname = sh_shared_fs_name((long)fs.f_type);
         who[0] = '\0';
-        if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
+        if (a->dflt_error[0] != '\0' && strncmp(dst, a->dflt, strlen(a->dflt)) == 0 &&
+            dst[strlen(a->dflt)] == '/') {
+            v = SH_VOTE_ERROR; /* make_default_dir: a user's object */
+            snprintf(why, sizeof(why), "%.1500s", a->dflt_error);
+        } else if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
             v = SH_VOTE_SHARED;
             if (fsname != NULL)
                 snprintf(why, sizeof(why), "%.180s is on a %s filesystem", dir, fsname);
@@ -1674,7 +1692,6 @@ int sh_agent_prolog_main(void)
     char err[SH_STATUS_LINE_MAX];
     int64_t t_start = now_ns(), t_setup = 0;
     int out_fd, devnull;
-    bool user_fault = false;
 
     /* Our stdout is the pipe to the plugin; keep it private to the protocol
      * and give fd 1 to /dev/null so nothing else can write into it. */
@@ -1725,13 +1742,8 @@ int sh_agent_prolog_main(void)
             goto done;
         }
     }
-    if (root_setup(&a, err, sizeof(err), &user_fault) != 0) {
-        /* A user's doing is the job's error, never the node's (issue 30
-         * item 3); the plugin logs the message for the administrator. */
-        if (user_fault)
-            sh_error("stage", "job %" PRIu64 " user %s: node %s: %s", a.in.jobid,
-                     a.in.user, a.in.nodename, err);
-        set_failure(&a, !user_fault, "node %s: %s", a.in.nodename, err);
+    if (root_setup(&a, err, sizeof(err)) != 0) {
+        set_failure(&a, true, "node %s: %s", a.in.nodename, err);
         goto done;
     }
     if (drop_privileges(&a, err, sizeof(err)) != 0) {

@@ -58,6 +58,19 @@ static int remove_entry(int fd, const char *e)
     return -1;
 }
 
+/* Record the directory open as @fd, one level down: 0, or an errno value
+ * (EXDEV: a mount point, not ours to empty). */
+static int enter(struct path_ids *ids, int fd)
+{
+    struct stat sb;
+
+    if (fstat(fd, &sb) != 0)
+        return errno;
+    if (sb.st_dev != ids->id[0].dev)
+        return EXDEV;
+    return ids_push(ids, &sb) != 0 ? errno : 0;
+}
+
 /* Walk down from the directory @d (level ids->n - 1), emptying it; returns
  * when the top directory (level 0) is empty. */
 static int empty_tree(DIR *d, struct path_ids *ids)
@@ -87,13 +100,7 @@ static int empty_tree(DIR *d, struct path_ids *ids)
                     continue;
                 goto fail;
             }
-            r = 0;
-            if (fstat(fd, &sb) != 0)
-                r = errno;
-            else if (sb.st_dev != ids->id[0].dev)
-                r = EXDEV; /* a mount point: not ours to empty */
-            else if (ids_push(ids, &sb) != 0)
-                r = errno;
+            r = enter(ids, fd);
             if (r != 0) {
                 close(fd);
                 errno = r;

@@ -44,13 +44,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# job_fails USER OUT SRC: submit a default-destination job as USER on $node
-# and wait for its end (at most 120 s), or a drain of $node (state DRAINED);
-# prints the job id, its state and the seconds taken.
+# job_fails USER OUT SRC NODES: submit a default-destination job as USER on
+# the nodes NODES (a list with $node) and wait for its end (at most 120 s),
+# or a drain of $node (state DRAINED); prints the job id, its state and the
+# seconds taken.
 job_fails() {
-    local who=$1 o=$2 s=$3 id t0 st bad
-    id=$(run_as "$who" sbatch --parsable -J "$tag" -N1 -w "$node" -o "$o" --stage-image="$s" \
-             --wrap 'echo script-ran') || fail "sbatch as $who: $id"
+    local who=$1 o=$2 s=$3 nodes=$4 id t0 st bad
+    id=$(run_as "$who" sbatch --parsable -J "$tag" -N"$(tr ',' '\n' <<<"$nodes" | wc -l)" \
+             -w "$nodes" -o "$o" --stage-image="$s" --wrap 'echo script-ran') ||
+        fail "sbatch as $who: $id"
     t0=$SECONDS
     st=""
     while [ $((SECONDS - t0)) -lt 120 ]; do
@@ -76,9 +78,10 @@ on_node "$node" sh -c "[ ! -e /nvme/stage ] || mv /nvme/stage '$aside'" || fail 
 on_node_as_other "$node" mkdir -m 0755 /nvme/stage || fail "$attacker cannot make /nvme/stage"
 [ "$(on_node "$node" stat -c %U /nvme/stage)" = "$attacker" ] || fail "/nvme/stage is not $attacker's"
 
-# The victim's default-destination job.
+# The victim's default-destination job, on every node: the others do not
+# wait for $node (join_timeout) but fail with its reason.
 off=$(log_offset "$node")
-read -r id st secs < <(job_fails "$MINICLUSTER_USER" "$out" "$src")
+read -r id st secs < <(job_fails "$MINICLUSTER_USER" "$out" "$src" "$(tr ' ' ',' <<<"$MINICLUSTER_NODES")")
 [ "$st" != DRAINED ] || fail "$node drained by the victim's job $id: $(sinfo -h -R -n "$node")"
 [ "$st" = FAILED ] || fail "the victim's job $id ended '${st:-still pending}' after ${secs}s: $(cat "$out" 2>/dev/null)"
 [ "$secs" -le 30 ] || fail "the victim's job $id took ${secs}s to fail"
@@ -91,7 +94,7 @@ assert_no_drain
 echo "ok: the victim's default-destination job failed in ${secs}s naming /nvme/stage and $attacker; logged; no drain"
 
 # The attacker's own default-destination job: a job error too, no drain.
-read -r id st secs < <(job_fails "$attacker" "$aout" "$asrc")
+read -r id st secs < <(job_fails "$attacker" "$aout" "$asrc" "$node")
 [ "$st" != DRAINED ] || fail "$node drained by the attacker's job $id: $(sinfo -h -R -n "$node")"
 [ "$st" = FAILED ] || fail "the attacker's job $id ended '${st:-still pending}': $(cat "$aout" 2>/dev/null)"
 grep -q "stagehand: --stage-image failed: .*/nvme/stage" "$aout" || fail "the attacker's message: $(cat "$aout")"
