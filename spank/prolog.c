@@ -957,7 +957,7 @@ static int slurm_nodes(uint32_t jobid, uint32_t stepid, bool step, char *nodes, 
         if (slurm_get_job_steps((time_t)0, jobid, stepid, &resp, SHOW_ALL) != SLURM_SUCCESS ||
             resp == NULL) {
             slurm_error("stagehand: job %u step %u: cannot get the step's nodes from "
-                        "slurmctld: %s", jobid, stepid, slurm_strerror(slurm_get_errno()));
+                        "slurmctld: %s", jobid, stepid, slurm_strerror(errno));
             return -1;
         }
         for (uint32_t i = 0; i < resp->job_step_count; i++) {
@@ -976,7 +976,7 @@ static int slurm_nodes(uint32_t jobid, uint32_t stepid, bool step, char *nodes, 
 
         if (slurm_load_job(&resp, jobid, SHOW_ALL) != SLURM_SUCCESS || resp == NULL) {
             slurm_error("stagehand: job %u: cannot get the job's nodes from slurmctld: %s",
-                        jobid, slurm_strerror(slurm_get_errno()));
+                        jobid, slurm_strerror(errno));
             return -1;
         }
         for (uint32_t i = 0; i < resp->record_count; i++) {
