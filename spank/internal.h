@@ -108,6 +108,9 @@ struct sh_stage_job {
     const char *cluster;
     const char *spec;
     const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
+    uint32_t nnodes;             /* Slurm's node count of the job or step; 0: unknown */
+    uint32_t nodeid;             /* this node's index in the step (have_nodeid) */
+    bool have_nodeid;
     /* The job's staging (stepid < 0) run at a step's start because no job
      * prolog ran on this node (sh_step_stage_run): the step waits for the
      * agents' collective outcome; never detached, never drains. */
@@ -128,6 +131,13 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
  * only for a node fault under on_node_fault=drain. */
 int sh_prolog_run(spank_t sp, int ac, char **av);
 int sh_epilog_run(spank_t sp, int ac, char **av);
+
+/* slurmd context, slurm_spank_init (root, when slurmd starts): make the
+ * fixed part of default_dest (sh_config_default_fixed; e.g. /nvme/stage),
+ * root-owned 0755, before any user can make it; log an error for the
+ * administrator, naming the path and owner, when a user's object is there
+ * already (it is left alone). Never fails slurmd (prolog.c). */
+void sh_slurmd_prepare(const struct sh_config *cfg);
 
 /* Wait until no staging of job @jobid holds the job's lock on this node,
  * /run/stagehand/<jobid>.lock (flock(2) @op: LOCK_SH in a task, LOCK_EX in

@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 #include "internal.h"
@@ -44,6 +45,7 @@
 #include "stagehand/ctlport.h"
 #include "stagehand/io.h"
 #include "stagehand/kv.h"
+#include "stagehand/local.h"
 #include "stagehand/rmtree.h"
 #include "stagehand/status.h"
 
@@ -95,6 +97,25 @@ static const char *env_or(const char *name, const char *alt)
     return v != NULL ? v : "";
 }
 
+/* The length of @v as sh_kv_put writes it (escapes take 4 bytes). */
+static size_t kv_len(const char *v)
+{
+    size_t n = 0;
+
+    for (const unsigned char *p = (const unsigned char *)v; *p != '\0'; p++)
+        n += *p < 0x20 || *p == 0x7f || *p == '\\' ? 4 : 1;
+    return n;
+}
+
+/* Do @job's values fit the agent's input lines and buffers (read_inputs in
+ * core/agent/stage.c: 256 bytes for names, SH_KV_LINE_MAX for a line)? */
+static bool inputs_fit(const struct sh_stage_job *job)
+{
+    return kv_len(job->spec) < SH_KV_LINE_MAX - 16 && kv_len(job->nodelist) < SH_KV_LINE_MAX - 16 &&
+           strlen(job->nodelist) < 8192 && strlen(job->user) < 256 &&
+           strlen(job->cluster) < 256 && strlen(job->nodename) < 256;
+}
+
 /* Write the agent's inputs (stagehand/agentio.h) to @fd, which is closed;
  * @detached: the prolog ends without the agent (local=current); @listener
  * >= 0: the agent's descriptor of the control-plane listener a sentinel
@@ -118,6 +139,10 @@ static int write_inputs(int fd, const struct sh_stage_job *job, bool detached,
     rc |= sh_kv_put(f, SH_AGENT_IN_NODENAME, job->nodename);
     rc |= sh_kv_put(f, SH_AGENT_IN_CLUSTER, job->cluster);
     rc |= sh_kv_put(f, SH_AGENT_IN_SPEC, job->spec);
+    if (job->nnodes != 0)
+        rc |= sh_kv_putf(f, SH_AGENT_IN_NNODES, "%u", job->nnodes);
+    if (job->have_nodeid)
+        rc |= sh_kv_putf(f, SH_AGENT_IN_NODEID, "%u", job->nodeid);
     for (int i = 0; i < ac; i++)
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
     if (detached)
@@ -131,6 +156,7 @@ static int write_inputs(int fd, const struct sh_stage_job *job, bool detached,
 }
 
 struct agent_result {
+    bool user_phase;     /* the agent said it runs as the job user now */
     bool have_result;
     bool ok;
     bool node_fault;
@@ -149,6 +175,8 @@ static void parse_output_line(char *line, struct agent_result *res)
         res->ok = strcmp(value, "ok") == 0;
     } else if (strcmp(key, SH_AGENT_OUT_FAULT) == 0) {
         res->node_fault = strcmp(value, "node") == 0;
+    } else if (strcmp(key, SH_AGENT_OUT_PHASE) == 0) {
+        res->user_phase = strcmp(value, "user") == 0;
     } else if (strcmp(key, SH_AGENT_OUT_MESSAGE) == 0) {
         snprintf(res->message, sizeof(res->message), "%s", value);
     } else if (strcmp(key, SH_AGENT_OUT_SUMMARY) == 0) {
@@ -643,7 +671,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     bool deferred = false, local_current = false;
 
     /* Not memset: see sh_status_clear(). */
-    res.have_result = res.ok = res.node_fault = false;
+    res.have_result = res.ok = res.node_fault = res.user_phase = false;
     res.message[0] = '\0';
     sh_status_clear(&res.status);
     snprintf(res.status.node, sizeof(res.status.node), "%s", job->nodename);
@@ -711,6 +739,15 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
         res.have_result = res.ok = true;
         goto record;
     }
+    /* The job's values must fit the agent's input lines: a longer spec (the
+     * user's) would cut the agent's input short, a node fault. */
+    if (!inputs_fit(job)) {
+        snprintf(res.message, sizeof(res.message),
+                 "the job's staging request is too long (%zu bytes; the spec, user and "
+                 "cluster names and node list must each fit in %d bytes)",
+                 strlen(job->spec), SH_KV_LINE_MAX - 16);
+        goto record;
+    }
     if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 ||
         (in_pipe[0] = above_stdio(in_pipe[0])) < 0 ||
         (out_pipe[1] = above_stdio(out_pipe[1])) < 0) {
@@ -771,7 +808,9 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
             snprintf(res.message, sizeof(res.message),
                      "agent exited with status %d without a result",
                      WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
-        res.node_fault = true;
+        /* Once the agent runs as the job user, the user can signal it: its
+         * death is then the job's failure, not the node's (issue 30). */
+        res.node_fault = !res.user_phase;
     }
 
 record:
@@ -810,6 +849,46 @@ record:
     return 0;
 }
 
+void sh_slurmd_prepare(const struct sh_config *cfg)
+{
+    char fixed[PATH_MAX], pwbuf[4096], owner[128];
+    struct sh_root_dir_problem bad;
+    struct passwd pw, *pwr = NULL;
+    const char *root;
+    int fd;
+
+    if (sh_config_default_fixed(cfg, fixed, sizeof(fixed)) != 0)
+        return;
+    root = sh_config_allowed_root(cfg, fixed);
+    if (root == NULL)
+        return; /* the fixed part is an allowed root itself: the site's */
+    fd = sh_root_dirs_make(root, fixed, 0755, &bad);
+    if (fd >= 0) {
+        close(fd);
+        slurm_debug("stagehand: %s: root's directory for the default destinations (%s)",
+                    fixed, cfg->default_dest);
+        return;
+    }
+    if (errno != EPERM) {
+        slurm_error("stagehand: cannot make %s, root's directory for the default "
+                    "destinations (default_dest=%s): %s: %s (jobs make it as they "
+                    "need it)", fixed, cfg->default_dest,
+                    bad.path[0] != '\0' ? bad.path : root, strerror(errno));
+        return;
+    }
+    if (getpwuid_r(bad.uid, &pw, pwbuf, sizeof(pwbuf), &pwr) == 0 && pwr != NULL)
+        snprintf(owner, sizeof(owner), "%.64s (uid %u)", pw.pw_name, (unsigned)bad.uid);
+    else
+        snprintf(owner, sizeof(owner), "uid %u", (unsigned)bad.uid);
+    slurm_error("stagehand: %s is %s, owner %s, where root's directory for the default "
+                "destinations goes (default_dest=%s): a user may have made it before "
+                "root did. Jobs that stage to the default destination fail on this node "
+                "until an administrator removes it (stagehand leaves it: it may hold "
+                "that user's data); the next staging or slurmd start makes root's", bad.path,
+                bad.what != NULL ? bad.what : "not a root-owned directory", owner,
+                cfg->default_dest);
+}
+
 int sh_prolog_run(spank_t sp, int ac, char **av)
 {
     struct sh_stage_job job = { .stepid = -1, .uid = (uid_t)-1, .gid = (gid_t)-1 };
@@ -833,16 +912,106 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     return run_staging(&job, ac, av);
 }
 
-/* Fill @job for a staging that runs in a step's slurmstepd: the job's user,
- * cluster, this node's name, the node list named by @nodelist_env and the
- * submitting side's version named by @version_env (if set), into static
- * buffers (one slurmstepd runs one step). Returns -1 when one is missing. */
-static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodelist_env,
+/* A value from the job's environment, which its user controls, fit to go
+ * into a log line or message: at most @max bytes of letters, digits and
+ * ".-_+~" (a version string), else NULL. */
+static const char *bounded_version(const char *v, size_t max)
+{
+    size_t n = 0;
+
+    for (; v[n] != '\0'; n++) {
+        char c = v[n];
+
+        if (n >= max || !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                          (c >= 'A' && c <= 'Z') || strchr(".-_+~", c) != NULL))
+            return NULL;
+    }
+    return v;
+}
+
+/* Copy Slurm's @value into @buf (@len bytes); -1 when it is missing or does
+ * not fit. */
+static int copy_slurm(char *buf, size_t len, const char *value)
+{
+    if (value == NULL || value[0] == '\0' || strlen(value) >= len)
+        return -1;
+    memcpy(buf, value, strlen(value) + 1);
+    return 0;
+}
+
+/* The node list and cluster name of job @jobid's step @stepid (@step) or of
+ * the job's allocation, from slurmctld (libslurm, loaded by slurmstepd):
+ * never from the job's environment, which its user controls (security issue
+ * 30 item 5). *@nnodes gets the job's node count (the allocation only; a
+ * step's comes from S_JOB_NNODES). Returns 0, or -1 (logged). */
+static int slurm_nodes(uint32_t jobid, uint32_t stepid, bool step, char *nodes, size_t nlen,
+                       char *cluster, size_t clen, uint32_t *nnodes)
+{
+    int rc = -1;
+
+    cluster[0] = '\0';
+    *nnodes = 0;
+    if (step) {
+        job_step_info_response_msg_t *resp = NULL;
+
+        if (slurm_get_job_steps((time_t)0, jobid, stepid, &resp, SHOW_ALL) != SLURM_SUCCESS ||
+            resp == NULL) {
+            slurm_error("stagehand: job %u step %u: cannot get the step's nodes from "
+                        "slurmctld: %s", jobid, stepid, slurm_strerror(errno));
+            return -1;
+        }
+        for (uint32_t i = 0; i < resp->job_step_count; i++) {
+            const job_step_info_t *st = &resp->job_steps[i];
+
+            if (st->step_id.job_id != jobid || st->step_id.step_id != stepid)
+                continue;
+            rc = copy_slurm(nodes, nlen, st->nodes);
+            if (rc == 0 && copy_slurm(cluster, clen, st->cluster) != 0)
+                cluster[0] = '\0';
+            break;
+        }
+        slurm_free_job_step_info_response_msg(resp);
+    } else {
+        job_info_msg_t *resp = NULL;
+
+        if (slurm_load_job(&resp, jobid, SHOW_ALL) != SLURM_SUCCESS || resp == NULL) {
+            slurm_error("stagehand: job %u: cannot get the job's nodes from slurmctld: %s",
+                        jobid, slurm_strerror(errno));
+            return -1;
+        }
+        for (uint32_t i = 0; i < resp->record_count; i++) {
+            const slurm_job_info_t *jr = &resp->job_array[i];
+
+            if (jr->job_id != jobid)
+                continue;
+            rc = copy_slurm(nodes, nlen, jr->nodes);
+            if (rc == 0 && copy_slurm(cluster, clen, jr->cluster) != 0)
+                cluster[0] = '\0';
+            *nnodes = jr->num_nodes;
+            break;
+        }
+        slurm_free_job_info_msg(resp);
+    }
+    if (rc != 0)
+        slurm_error("stagehand: job %u%s: slurmctld has no node list of at most %zu bytes "
+                    "for it", jobid, step ? " step" : "", nlen - 1);
+    return rc;
+}
+
+/* Fill @job for a staging that runs in a step's slurmstepd: the job's user
+ * (from its uid), this node's name (slurmstepd's own), the node list and
+ * cluster of the step (@step) or of the job from slurmctld, the step's node
+ * count and this node's index in it from slurmstepd, and the submitting
+ * side's version named by @version_env (the job's environment: bounded), into
+ * static buffers (one slurmstepd runs one step). Returns -1 when one is
+ * missing. */
+static int step_job_fill(spank_t sp, struct sh_stage_job *job, bool step, uint32_t stepid,
                          const char *version_env)
 {
     static char nodelist[8192], cluster[256], user[256], nodename[256], version[64];
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
+    uint32_t nnodes = 0, nodeid = 0;
 
     if (spank_get_item(sp, S_JOB_ID, &job->jobid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_UID, &job->uid) != ESPANK_SUCCESS ||
@@ -853,16 +1022,28 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodel
     if (getpwuid_r(job->uid, &pw, pwbuf, sizeof(pwbuf), &pwr) != 0 || pwr == NULL)
         return -1;
     snprintf(user, sizeof(user), "%s", pw.pw_name);
-    if (spank_getenv(sp, nodelist_env, nodelist, sizeof(nodelist)) != ESPANK_SUCCESS)
+    if (slurm_nodes(job->jobid, stepid, step, nodelist, sizeof(nodelist), cluster,
+                    sizeof(cluster), &nnodes) != 0)
         return -1;
-    if (spank_getenv(sp, "SLURM_CLUSTER_NAME", cluster, sizeof(cluster)) != ESPANK_SUCCESS)
-        cluster[0] = '\0';
+    if (step) {
+        if (spank_get_item(sp, S_JOB_NNODES, &nnodes) != ESPANK_SUCCESS ||
+            spank_get_item(sp, S_JOB_NODEID, &nodeid) != ESPANK_SUCCESS) {
+            slurm_error("stagehand: step: cannot get the step's node count and id");
+            return -1;
+        }
+        job->nodeid = nodeid;
+        job->have_nodeid = true;
+    }
+    job->nnodes = nnodes;
     /* slurmstepd's node name: the one slurmd was started with. */
     snprintf(nodename, sizeof(nodename), "%s", env_or("SLURMD_NODENAME", NULL));
     if (nodename[0] == '\0' && gethostname(nodename, sizeof(nodename)) != 0)
         return -1;
+    version[0] = '\0';
     if (spank_getenv(sp, version_env, version, sizeof(version)) == ESPANK_SUCCESS)
-        job->submit_version = version;
+        job->submit_version = bounded_version(version, sizeof(version) - 1);
+    if (job->submit_version == NULL && version[0] != '\0')
+        job->submit_version = "(not a version)";
     job->user = user;
     job->nodelist = nodelist;
     job->nodename = nodename;
@@ -874,7 +1055,8 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodel
  * sbatch/salloc put it there) and this node has no status for it: no job
  * prolog ran here before this step (internal.h). Run the job's staging now,
  * as the prolog would have: the other nodes' agents wait for this node's
- * (join_timeout). */
+ * (join_timeout). The spec is the user's own request either way; the nodes
+ * and cluster come from slurmctld. */
 static int stage_missed_prolog(spank_t sp, int ac, char **av)
 {
     static char spec[16384];
@@ -894,7 +1076,7 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
     job_lock_path(jobid, lock_path, sizeof(lock_path));
     if (access(lock_path, F_OK) == 0 || errno != ENOENT)
         return 0;
-    if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST", "SLURM_SPANK_" SH_VERSION_ENV) != 0)
+    if (step_job_fill(sp, &job, false, 0, "SLURM_SPANK_" SH_VERSION_ENV) != 0)
         return 0;
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
         if (stepid == SH_BATCH_STEP)
@@ -914,16 +1096,25 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
 {
     static char spec[16384];
     struct sh_stage_job job = { .uid = (uid_t)-1, .gid = (gid_t)-1 };
-    uint32_t stepid = 0;
+    uint32_t stepid = 0, jobid = 0;
 
     if (spank_getenv(sp, SH_STEP_SPEC_ENV, spec, sizeof(spec)) != ESPANK_SUCCESS ||
         spec[0] == '\0')
         return stage_missed_prolog(sp, ac, av);
+    /* Only an srun that was given --stage-image stages at step start: the
+     * variable alone is anyone's to set (issue 30 item 5). */
+    if (sh_plugin.n_values == 0) {
+        if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
+            jobid = 0;
+        slurm_debug("stagehand: job %u: %s is set but this step's srun had no "
+                    "--stage-image: no step staging", jobid, SH_STEP_SPEC_ENV);
+        return stage_missed_prolog(sp, ac, av);
+    }
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS) {
         slurm_error("stagehand: step: cannot get the step id");
         return 0;
     }
-    if (step_job_fill(sp, &job, "SLURM_STEP_NODELIST", SH_STEP_VERSION_ENV) != 0)
+    if (step_job_fill(sp, &job, true, stepid, SH_STEP_VERSION_ENV) != 0)
         return 0;
     job.stepid = (long)stepid;
     job.spec = spec;
@@ -957,7 +1148,7 @@ static void remove_step_state(int rfd, uint32_t jobid)
             continue;
         if (len > 6 && strcmp(de->d_name + len - 6, ".agent") == 0)
             stop_detached(rfd, jobid, de->d_name);
-        if (sh_rmtree_at(rfd, de->d_name, 8) != 0)
+        if (sh_rmtree_at(rfd, de->d_name) != 0)
             slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                         SH_RUNTIME_DIR, de->d_name, strerror(errno));
     }
@@ -989,7 +1180,7 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
      * directory it works in goes. */
     remove_step_state(rfd, jobid);
     snprintf(name, sizeof(name), "%u", jobid);
-    if (sh_rmtree_at(rfd, name, 8) != 0)
+    if (sh_rmtree_at(rfd, name) != 0)
         slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                     SH_RUNTIME_DIR, name, strerror(errno));
     close(rfd);

@@ -96,9 +96,11 @@ int sh_remote_task_privileged(spank_t sp)
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS)
         stepid = 0;
     /* An srun inside the job that brought images of its own staged them at
-     * its own start (sh_step_stage_run): its status is the step's. */
-    step_staged = spank_getenv(sp, SH_STEP_SPEC_ENV, shown, sizeof(shown)) !=
-                  ESPANK_ENV_NOEXIST;
+     * its own start (sh_step_stage_run): its status is the step's. The
+     * variable alone, without --stage-image on this srun, stages nothing. */
+    step_staged = sh_plugin.n_values > 0 &&
+                  spank_getenv(sp, SH_STEP_SPEC_ENV, shown, sizeof(shown)) !=
+                      ESPANK_ENV_NOEXIST;
     if (sh_status_path(SH_RUNTIME_DIR, jobid, step_staged ? (long)stepid : -1,
                        path, sizeof(path)) != 0)
         return 0;

@@ -41,11 +41,17 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     case S_CTX_LOCAL:
     case S_CTX_REMOTE:
         return sh_args_register(sp, ac, av);
-    case S_CTX_SLURMD:
+    case S_CTX_SLURMD: {
+        const struct sh_config *cfg;
+
         log_versions(sp);
         /* Log a bad plugstack.conf where admins look; never fail slurmd. */
-        sh_plugin_load_config(ac, av);
+        cfg = sh_plugin_load_config(ac, av);
+        /* Root's directories before any user's job can race for them. */
+        if (cfg != NULL)
+            sh_slurmd_prepare(cfg);
         return 0;
+    }
     default:
         return 0;
     }

@@ -27,7 +27,7 @@ void sh_nodelist_free(char **names, uint32_t count)
     free(names);
 }
 
-int sh_nodelist_expand(const char *expr, char ***names, uint32_t *count)
+int sh_nodelist_expand(const char *expr, uint32_t max, char ***names, uint32_t *count)
 {
     sh_hostlist hl;
     char **out = NULL;
@@ -44,15 +44,22 @@ int sh_nodelist_expand(const char *expr, char ***names, uint32_t *count)
     }
     hl = slurm_hostlist_create(expr);
     if (hl == NULL) {
-        sh_error("nodelist", "cannot parse node list '%s'", expr);
+        sh_error("nodelist", "cannot parse node list '%.512s'", expr);
         errno = EINVAL;
         return -1;
     }
-    n = slurm_hostlist_count(hl);
+    n = slurm_hostlist_count(hl); /* counts the ranges: nothing expanded yet */
     if (n <= 0) {
         slurm_hostlist_destroy(hl);
-        sh_error("nodelist", "node list '%s' names no node", expr);
+        sh_error("nodelist", "node list '%.512s' names no node", expr);
         errno = EINVAL;
+        return -1;
+    }
+    if ((uint32_t)n > max) {
+        slurm_hostlist_destroy(hl);
+        sh_error("nodelist", "node list '%.512s' names %d nodes, more than %u", expr, n,
+                 max);
+        errno = E2BIG;
         return -1;
     }
     out = calloc((size_t)n, sizeof(*out));
@@ -69,7 +76,7 @@ int sh_nodelist_expand(const char *expr, char ***names, uint32_t *count)
     slurm_hostlist_destroy(hl);
     if (got != (uint32_t)n) {
         sh_nodelist_free(out, got);
-        sh_error("nodelist", "node list '%s': expanded %u of %d names", expr, got, n);
+        sh_error("nodelist", "node list '%.512s': expanded %u of %d names", expr, got, n);
         errno = EINVAL;
         return -1;
     }

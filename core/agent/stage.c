@@ -71,6 +71,9 @@ struct agent_in {
     char nodename[256];
     char cluster[256];
     char spec[SH_KV_LINE_MAX];
+    uint32_t nnodes;        /* Slurm's node count of the job or step; 0: unknown */
+    uint32_t nodeid;        /* this node's index in it (have_nodeid) */
+    bool have_nodeid;
     bool detached;          /* local=current: the plugin ended the prolog */
     bool have_listener;     /* listener=<fd>: started by the plugin's sentinel,
                              * which bound the job's control-plane port */
@@ -88,6 +91,12 @@ struct agent {
     uint32_t index;
     unsigned char kjob[SH_KEY_LEN];
     char rundir[128];       /* /run/stagehand/<jobid> */
+    /* The per-user default directory could not be made because of a user's
+     * object (make_default_dir): every image under it votes this error, so
+     * that all nodes fail the job at once, naming the node and the reason,
+     * instead of waiting for this one (join_timeout). */
+    char dflt[PATH_MAX];
+    char dflt_error[SH_STATUS_LINE_MAX];
     char *mpi_env[MAX_MPI_ENV];   /* "KEY=VALUE" from the site's mpi_env file */
     int n_mpi_env;
     int64_t deadline;
@@ -205,6 +214,13 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
             bad = copy_in(in->cluster, sizeof(in->cluster), value);
         } else if (strcmp(key, SH_AGENT_IN_SPEC) == 0) {
             bad = copy_in(in->spec, sizeof(in->spec), value);
+        } else if (strcmp(key, SH_AGENT_IN_NNODES) == 0) {
+            bad = sh_parse_u64(value, &v) != 0 || v == 0 || v > SH_AGENT_MAX_NODES;
+            in->nnodes = (uint32_t)v;
+        } else if (strcmp(key, SH_AGENT_IN_NODEID) == 0) {
+            bad = sh_parse_u64(value, &v) != 0 || v >= SH_AGENT_MAX_NODES;
+            in->nodeid = (uint32_t)v;
+            in->have_nodeid = !bad;
         } else if (strcmp(key, SH_AGENT_IN_LOCAL) == 0) {
             bad = strcmp(value, "current") != 0;
             in->detached = !bad;
@@ -245,50 +261,92 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
 
 /* ------------------------------------------------------- root set-up -- */
 
+/* "name (uid N)" for @uid into @buf. */
+static void owner_name(uid_t uid, char *buf, size_t len)
+{
+    struct passwd pw, *pwr = NULL;
+    char pwbuf[4096];
+
+    if (getpwuid_r(uid, &pw, pwbuf, sizeof(pwbuf), &pwr) == 0 && pwr != NULL)
+        snprintf(buf, len, "%.64s (uid %u)", pw.pw_name, (unsigned)uid);
+    else
+        snprintf(buf, len, "uid %u", (unsigned)uid);
+}
+
 /* Create the per-user default destination directory (e.g. /nvme/stage/alice)
- * as root: components below the allowed root are root-owned 0755 except the
- * last, which belongs to the user (0700). Never follows a symlink. */
+ * as root: the directories above it root-owned 0755 (sh_root_dirs_make; the
+ * plugin made the fixed part when slurmd started), the last the user's
+ * (0700). Never follows a symlink, never changes another's object. Returns
+ * 0, or -1 with the reason in @err; *@user_fault is set when the cause is an
+ * object a user made where root's directory goes, or a per-user directory
+ * that is not the job user's: a job error that names the path and owner,
+ * never a node fault (security issue 30 item 3); otherwise (the allowed
+ * root missing, ENOSPC, EROFS, EIO) the node is at fault. */
 static int make_default_dir(const struct agent *a, const char *dir, char *err,
-                            size_t errlen)
+                            size_t errlen, bool *user_fault)
 {
     const char *root = sh_config_allowed_root(&a->cfg, dir);
-    char path[PATH_MAX];
-    char *save = NULL, *comp, *next;
-    int fd;
+    struct sh_root_dir_problem bad;
+    char parent[PATH_MAX], owner[128];
+    const char *base;
+    struct stat sb;
+    char *slash;
+    int fd, nfd, e;
 
+    *user_fault = false;
+    memset(&sb, 0, sizeof(sb));
     if (root == NULL) {
         snprintf(err, errlen, "default destination %s is not under an allowed root", dir);
         errno = EINVAL;
         return -1;
     }
-    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "allowed root %s: %s", root, strerror(errno));
+    snprintf(parent, sizeof(parent), "%s", dir);
+    slash = strrchr(parent, '/');
+    if (slash == NULL || slash == parent) {
+        snprintf(err, errlen, "default destination %s has no parent directory", dir);
+        errno = EINVAL;
         return -1;
     }
-    snprintf(path, sizeof(path), "%s", dir + strlen(root));
-    comp = strtok_r(path, "/", &save);
-    while (comp != NULL) {
-        bool last;
-
-        int nfd;
-
-        next = strtok_r(NULL, "/", &save);
-        last = next == NULL;
-        nfd = sh_make_owned_dir(fd, comp, last ? a->in.uid : 0,
-                                last ? a->in.gid : 0, last ? 0700 : 0755);
-        if (nfd < 0) {
-            snprintf(err, errlen, "default destination %s: component %s: %s", dir,
-                     comp, errno == EPERM ? "exists with another owner or is not "
-                     "a directory" : strerror(errno));
-            close(fd);
-            return -1;
+    *slash = '\0';
+    base = dir + (slash - parent) + 1;
+    fd = sh_root_dirs_make(root, parent, 0755, &bad);
+    if (fd < 0) {
+        e = errno;
+        if (e == EPERM || e == ENOTDIR || e == ELOOP) {
+            *user_fault = true;
+            owner_name(bad.uid, owner, sizeof(owner));
+            snprintf(err, errlen, "%.512s, where stagehand keeps the default destinations, "
+                     "is %s, owner %s: a user may have made it before root did; stagehand "
+                     "does not use it: ask the administrator to remove it", bad.path,
+                     bad.what != NULL ? bad.what : "not a root-owned directory", owner);
+        } else {
+            snprintf(err, errlen, "default destination %s: %s: %s", dir,
+                     bad.path[0] != '\0' ? bad.path : root, strerror(e));
         }
-        close(fd);
-        fd = nfd;
-        comp = next;
+        errno = e;
+        return -1;
+    }
+    nfd = sh_make_owned_dir(fd, base, a->in.uid, a->in.gid, 0700);
+    e = errno;
+    if (nfd < 0 && (e == EPERM || e == ENOTDIR || e == ELOOP || e == EEXIST)) {
+        *user_fault = true;
+        if (fstatat(fd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+            owner_name(sb.st_uid, owner, sizeof(owner));
+        else
+            snprintf(owner, sizeof(owner), "unknown");
+        snprintf(err, errlen, "default destination %s is %s, owner %s, not a directory "
+                 "of %s's own: ask the administrator to remove it", dir,
+                 S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ?
+                 "a directory" : "not a directory", owner, a->in.user);
+    } else if (nfd < 0) {
+        snprintf(err, errlen, "default destination %s: %s", dir, strerror(e));
     }
     close(fd);
+    if (nfd < 0) {
+        errno = e;
+        return -1;
+    }
+    close(nfd);
     return 0;
 }
 
@@ -364,10 +422,17 @@ static bool mpi_env_has(const struct agent *a, const char *key)
     return false;
 }
 
+/* The root part of the set-up. Returns 0, or -1 with the reason in @err: a
+ * node fault (its runtime directory, disk, site key or mpi_env file). What a
+ * user caused is no node fault (security issue 30 item 3): a user's object
+ * in the way of the default directory is recorded in @a->dflt_error, logged
+ * for the administrator, and becomes this node's vote for the images that
+ * use it (stage_image_run), so the job fails with it on every node. */
 static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;
     char dflt[PATH_MAX];
+    bool user_fault = false;
 
     if (sh_rundir_make(SH_RUNTIME_DIR, a->in.jobid,
                        a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid, a->in.uid,
@@ -384,8 +449,15 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
             const char *dst = sh_spec_set_dst(a->specs, i);
             if (strncmp(dst, dflt, dl) == 0 && dst[dl] == '/' &&
                 strchr(dst + dl + 1, '/') == NULL) {
-                if (make_default_dir(a, dflt, err, errlen) != 0)
-                    return -1;
+                if (make_default_dir(a, dflt, err, errlen, &user_fault) != 0) {
+                    if (!user_fault)
+                        return -1;
+                    /* The job's error: this node still joins, and votes it. */
+                    snprintf(a->dflt, sizeof(a->dflt), "%s", dflt);
+                    snprintf(a->dflt_error, sizeof(a->dflt_error), "%s", err);
+                    sh_error("stage", "job %" PRIu64 " user %s: %s", a->in.jobid,
+                             a->in.user, err);
+                }
                 break;
             }
         }
@@ -1267,7 +1339,11 @@ static void stage_image_run(struct agent *a, size_t img)
         if (statfs(dir, &fs) == 0)
             fsname = sh_shared_fs_name((long)fs.f_type);
         who[0] = '\0';
-        if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
+        if (a->dflt_error[0] != '\0' && strncmp(dst, a->dflt, strlen(a->dflt)) == 0 &&
+            dst[strlen(a->dflt)] == '/') {
+            v = SH_VOTE_ERROR; /* make_default_dir: a user's object */
+            snprintf(why, sizeof(why), "%.1500s", a->dflt_error);
+        } else if (fsname != NULL || marker_foreign(a, img, dir, who, sizeof(who))) {
             v = SH_VOTE_SHARED;
             if (fsname != NULL)
                 snprintf(why, sizeof(why), "%.180s is on a %s filesystem", dir, fsname);
@@ -1666,18 +1742,33 @@ int sh_agent_prolog_main(void)
             goto done;
         }
     }
-    if (sh_nodelist_expand(a.in.nodelist, &a.names, &a.nnodes) != 0 ||
-        sh_nodelist_index(a.names, a.nnodes, a.in.nodename, &a.index) != 0) {
-        set_failure(&a, true, "node %s is not in the job's node list %s",
-                    a.in.nodename, a.in.nodelist);
-        goto done;
-    }
     if (root_setup(&a, err, sizeof(err)) != 0) {
         set_failure(&a, true, "node %s: %s", a.in.nodename, err);
         goto done;
     }
     if (drop_privileges(&a, err, sizeof(err)) != 0) {
         set_failure(&a, true, "node %s: %s", a.in.nodename, err);
+        goto done;
+    }
+    /* As the job user from here on; the plugin knows that a death of this
+     * process now may be the user's doing (the user can signal it). */
+    sh_kv_put(a.out, SH_AGENT_OUT_PHASE, "user");
+    fflush(a.out);
+    /* The node list: work in proportion to its size only now, as the user,
+     * and no more names than Slurm gave the job or step (issue 30 item 5). */
+    if (sh_nodelist_expand(a.in.nodelist, a.in.nnodes != 0 ? a.in.nnodes : SH_AGENT_MAX_NODES,
+                           &a.names, &a.nnodes) != 0) {
+        set_failure(&a, errno != E2BIG, "node %s: node list %.512s: %s", a.in.nodename,
+                    a.in.nodelist, errno == E2BIG ? "names more nodes than Slurm "
+                    "allocated" : strerror(errno));
+        goto done;
+    }
+    if ((a.in.nnodes != 0 && a.nnodes != a.in.nnodes) ||
+        sh_nodelist_index(a.names, a.nnodes, a.in.nodename, &a.index) != 0 ||
+        (a.in.have_nodeid && a.index != a.in.nodeid)) {
+        set_failure(&a, true, "node %s is not node %u of the node list %.512s (%u nodes)",
+                    a.in.nodename, a.in.have_nodeid ? a.in.nodeid : a.index,
+                    a.in.nodelist, a.in.nnodes != 0 ? a.in.nnodes : a.nnodes);
         goto done;
     }
     t_setup = now_ns();

@@ -434,6 +434,35 @@ int sh_config_default_dir(const struct sh_config *cfg, const char *user,
     return sh_spec_path_normalize(buf, out, outlen, NULL, 0);
 }
 
+int sh_config_default_fixed(const struct sh_config *cfg, char *out, size_t outlen)
+{
+    char buf[PATH_MAX];
+    size_t o = 0, last_slash = 0;
+
+    /* The template up to its first %u, %% unescaped; without %u, all of
+     * it (the directory above it is then the fixed part). */
+    for (const char *p = cfg->default_dest; *p != '\0'; p++) {
+        if (p[0] == '%' && p[1] == 'u')
+            break;
+        if (p[0] == '%' && p[1] == '%')
+            p++;
+        if (o + 1 >= sizeof(buf)) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        if (*p == '/')
+            last_slash = o;
+        buf[o++] = *p;
+    }
+    buf[o] = '\0';
+    if (o == 0 || buf[0] != '/') {
+        errno = EINVAL;
+        return -1;
+    }
+    buf[last_slash == 0 ? 1 : last_slash] = '\0';
+    return sh_spec_path_normalize(buf, out, outlen, NULL, 0);
+}
+
 const char *sh_config_allowed_root(const struct sh_config *cfg,
                                    const char *dst)
 {

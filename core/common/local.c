@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,94 @@ int sh_make_owned_dir(int dirfd, const char *name, uid_t uid, gid_t gid, mode_t 
         return -1;
     }
     return fd;
+}
+
+/* Is the directory @sb a safe place for root's directories: root-owned, no
+ * write for group or others? Else the reason into @bad. */
+static bool root_dir_ok(const struct stat *sb, struct sh_root_dir_problem *bad)
+{
+    bad->uid = sb->st_uid;
+    if (S_ISLNK(sb->st_mode))
+        bad->what = "a symbolic link";
+    else if (!S_ISDIR(sb->st_mode))
+        bad->what = "not a directory";
+    else if (sb->st_uid != 0)
+        bad->what = "a directory not owned by root";
+    else if ((sb->st_mode & 022) != 0)
+        bad->what = "a root-owned directory writable by group or others";
+    else
+        return true;
+    return false;
+}
+
+int sh_root_dirs_make(const char *root, const char *path, mode_t mode,
+                      struct sh_root_dir_problem *bad)
+{
+    char rel[PATH_MAX];
+    char *save = NULL, *comp;
+    size_t rlen = strlen(root);
+    int fd;
+
+    memset(bad, 0, sizeof(*bad));
+    if (strncmp(path, root, rlen) != 0 || (path[rlen] != '/' && path[rlen] != '\0' &&
+                                           strcmp(root, "/") != 0) ||
+        (size_t)snprintf(rel, sizeof(rel), "%s", path + rlen) >= sizeof(rel)) {
+        errno = EINVAL;
+        return -1;
+    }
+    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    snprintf(bad->path, sizeof(bad->path), "%s", strcmp(root, "/") == 0 ? "" : root);
+    for (comp = strtok_r(rel, "/", &save); comp != NULL; comp = strtok_r(NULL, "/", &save)) {
+        struct stat sb;
+        size_t plen = strlen(bad->path);
+        int nfd, saved;
+
+        bool made;
+
+        snprintf(bad->path + plen, sizeof(bad->path) - plen, "/%s", comp);
+        made = mkdirat(fd, comp, mode) == 0;
+        if (!made && errno != EEXIST)
+            goto fail;
+        nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        saved = errno;
+        if (nfd < 0) {
+            /* a symlink or not a directory: say what and whose */
+            if (fstatat(fd, comp, &sb, AT_SYMLINK_NOFOLLOW) == 0 && !root_dir_ok(&sb, bad))
+                saved = EPERM;
+        } else if (fstat(nfd, &sb) != 0) {
+            saved = errno;
+            close(nfd);
+            nfd = -1;
+        } else {
+            /* mkdirat applied the umask: give the new one @mode */
+            if (made && sb.st_uid == 0 && (sb.st_mode & 07777) != mode &&
+                fchmod(nfd, mode) == 0)
+                sb.st_mode = (sb.st_mode & ~(mode_t)07777) | mode;
+            if (!root_dir_ok(&sb, bad)) {
+                close(nfd);
+                nfd = -1;
+                saved = EPERM;
+            }
+        }
+        close(fd);
+        if (nfd < 0) {
+            errno = saved;
+            return -1;
+        }
+        fd = nfd;
+    }
+    bad->path[0] = '\0';
+    return fd;
+fail:
+    {
+        int saved = errno;
+
+        close(fd);
+        errno = saved;
+    }
+    return -1;
 }
 
 int sh_rundir_make(const char *runtime_dir, uint64_t jobid, long stepid, uid_t uid, gid_t gid,

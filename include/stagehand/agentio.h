@@ -6,6 +6,8 @@
  *   jobid=<n>  [stepid=<n>: a job step's staging]  uid=<n>  gid=<n>  user=<name>
  *   nodelist=<Slurm hostlist>  nodename=<this node>  cluster=<name>
  *   spec=<canonical spec set, stagehand/spec.h>
+ *   [nnodes=<n>  nodeid=<i>: Slurm's node count of the job or step and this
+ *    node's index in it; the agent refuses a node list that disagrees]
  *   arg=<plugstack argument>          (repeated, in order)
  *   [local=current: the plugin found every image current on this node as
  *    the job user sees SRC, recorded that outcome and ended the prolog; the
@@ -17,6 +19,7 @@
  *
  * Agent -> plugin (the agent's stdout):
  *   log=<line for the slurmd log>     (any number, any time)
+ *   phase=user                        (it has dropped root: see below)
  *   summary=<one line per image>      (after the outcome is known)
  *   result=ok|fail
  *   fault=none|user|node              (who is to blame for a failure)
@@ -44,6 +47,8 @@
 #define SH_AGENT_IN_CLUSTER  "cluster"
 #define SH_AGENT_IN_SPEC     "spec"
 #define SH_AGENT_IN_ARG      "arg"
+#define SH_AGENT_IN_NNODES   "nnodes" /* Slurm's node count of the job or step (optional) */
+#define SH_AGENT_IN_NODEID   "nodeid" /* this node's index in it (optional) */
 #define SH_AGENT_IN_LOCAL    "local"
 #define SH_AGENT_IN_LISTENER "listener" /* fd of the control-plane listener a sentinel bound */
 #define SH_AGENT_IN_END      "end"
@@ -54,5 +59,12 @@
 #define SH_AGENT_OUT_RESULT  "result"
 #define SH_AGENT_OUT_FAULT   "fault"
 #define SH_AGENT_OUT_MESSAGE "message"
+/* "phase=user": the agent has become the job user; a death without a result
+ * after it may be the user's doing (a signal), not the node's. */
+#define SH_AGENT_OUT_PHASE   "phase"
+
+/* The most nodes a staging's node list may name: the agent refuses a list
+ * whose expansion is larger (or larger than the nnodes input). */
+#define SH_AGENT_MAX_NODES   65536
 
 #endif

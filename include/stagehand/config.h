@@ -112,6 +112,14 @@ int sh_config_parse(struct sh_config *cfg, int argc, const char *const *argv,
 int sh_config_default_dir(const struct sh_config *cfg, const char *user,
                           char *out, size_t outlen);
 
+/* The fixed part of default_dest, the same for every user: the directory
+ * above the first component that holds %u (for "/nvme/stage/%u":
+ * "/nvme/stage"; without %u, the directory above default_dest), normalised,
+ * into @out (@outlen bytes). Root makes it when slurmd starts, so that no
+ * user can make it first (security issue 30 item 3). Returns 0, or -1 with
+ * errno = EINVAL or ENAMETOOLONG. */
+int sh_config_default_fixed(const struct sh_config *cfg, char *out, size_t outlen);
+
 /* The allowed root that the normalised absolute @dst lies strictly under
  * (component-wise: "/nvme2/x" is not under "/nvme"), or NULL. */
 const char *sh_config_allowed_root(const struct sh_config *cfg,

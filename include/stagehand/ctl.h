@@ -175,9 +175,10 @@ void sh_ctl_close(struct sh_ctl *ctl);
 
 /* Expand a Slurm hostlist expression ("n[1-3],gpu7") with libslurm's hostlist
  * API into a malloc'd array of *count malloc'd names (free with
- * sh_nodelist_free). Returns 0, or -1 with errno EINVAL (unparsable or empty),
- * ENOMEM. */
-int sh_nodelist_expand(const char *expr, char ***names, uint32_t *count);
+ * sh_nodelist_free), at most @max of them: a larger list is refused before
+ * any name is made ("n[1-1200000]" is 12 bytes). Returns 0, or -1 with errno
+ * EINVAL (unparsable or empty), E2BIG (more than @max names), ENOMEM. */
+int sh_nodelist_expand(const char *expr, uint32_t max, char ***names, uint32_t *count);
 void sh_nodelist_free(char **names, uint32_t count);
 /* Position of @name in @names: 0 with *index set, or -1 with errno ENOENT. */
 int sh_nodelist_index(char *const *names, uint32_t count, const char *name,

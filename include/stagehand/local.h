@@ -79,6 +79,27 @@ int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len);
 int sh_rundir_make(const char *runtime_dir, uint64_t jobid, long stepid, uid_t uid, gid_t gid,
                    char *path, size_t len);
 
+/* What stands where root needs a directory of its own (sh_root_dirs_make). */
+struct sh_root_dir_problem {
+    char path[PATH_MAX];    /* the component's absolute path */
+    uid_t uid;              /* its owner */
+    const char *what;       /* e.g. "a directory not owned by root" (static) */
+};
+
+/* Make, as root, the directories of the normalised absolute @path below the
+ * allowed root @root (which must exist: the site's filesystem), each one
+ * root-owned with @mode when missing; never follows a symlink and never
+ * changes or removes an existing one, which must be a root-owned directory
+ * not writable by group or others (a user who made one first, where root
+ * had not yet, could otherwise take over every user's directory below it:
+ * security issue 30 item 3). Returns an O_DIRECTORY descriptor of @path
+ * (the caller closes it), or -1 with errno: EPERM (a component is no such
+ * directory: @bad says which, its owner and what is wrong), EINVAL (@path
+ * is not @root or below it), or from open/mkdirat/fstatat (ENOENT: @root
+ * is missing; ENOSPC, EROFS, EIO: the node's filesystem). */
+int sh_root_dirs_make(const char *root, const char *path, mode_t mode,
+                      struct sh_root_dir_problem *bad);
+
 /* mkdirat(2) @name in @dirfd with @mode and owner @uid:@gid if missing, then
  * verify it: a directory (never a symlink) owned by @uid, mode @mode. Run as
  * root. Returns an O_DIRECTORY descriptor the caller closes, or -1 with errno

@@ -355,10 +355,20 @@ START_TEST(default_dir)
     ck_assert_int_eq(sh_config_default_dir(&cfg, "alice", dir, 8), -1);
     ck_assert_int_eq(errno, ENAMETOOLONG);
 
+    /* the fixed part, made by root at slurmd start (issue 30 item 3) */
+    ck_assert_int_eq(sh_config_default_fixed(&cfg, dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/nvme/stage");
+
     ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
                            "default_dest=/nvme/%u/%u-cache", NULL), 0);
     ck_assert_int_eq(sh_config_default_dir(&cfg, "bob", dir, sizeof(dir)), 0);
     ck_assert_str_eq(dir, "/nvme/bob/bob-cache");
+    ck_assert_int_eq(sh_config_default_fixed(&cfg, dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/nvme");
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "default_dest=/nvme/a%%b/c/u-%u/x", NULL), 0);
+    ck_assert_int_eq(sh_config_default_fixed(&cfg, dir, sizeof(dir)), 0);
+    ck_assert_str_eq(dir, "/nvme/a%b/c");
     ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
                            "default_dest=/nvme/shared", NULL), 0);
     ck_assert_int_eq(sh_config_default_dir(&cfg, "bob", dir, sizeof(dir)), 0);

@@ -64,7 +64,7 @@ START_TEST(nodelist)
     char **list = NULL;
     uint32_t n = 0, idx = 99;
 
-    ck_assert_int_eq(sh_nodelist_expand("n[1-3],gpu7", &list, &n), 0);
+    ck_assert_int_eq(sh_nodelist_expand("n[1-3],gpu7", 4, &list, &n), 0);
     ck_assert_uint_eq(n, 4);
     ck_assert_str_eq(list[0], "n1");
     ck_assert_str_eq(list[2], "n3");
@@ -74,12 +74,19 @@ START_TEST(nodelist)
     ck_assert_int_eq(sh_nodelist_index(list, n, "n4", &idx), -1);
     ck_assert_int_eq(errno, ENOENT);
     sh_nodelist_free(list, n);
-    ck_assert_int_eq(sh_nodelist_expand("node[001-010]", &list, &n), 0);
+    ck_assert_int_eq(sh_nodelist_expand("node[001-010]", 10, &list, &n), 0);
     ck_assert_uint_eq(n, 10);
     ck_assert_str_eq(list[9], "node010");
     sh_nodelist_free(list, n);
-    ck_assert_int_eq(sh_nodelist_expand("", &list, &n), -1);
+    ck_assert_int_eq(sh_nodelist_expand("", 10, &list, &n), -1);
     ck_assert_int_eq(errno, EINVAL);
+    /* More names than allowed (issue 30 item 5: a forged list of 1.2
+     * million names): refused before any is made. */
+    ck_assert_int_eq(sh_nodelist_expand("n[1-3],gpu7", 3, &list, &n), -1);
+    ck_assert_int_eq(errno, E2BIG);
+    ck_assert_ptr_null(list);
+    ck_assert_int_eq(sh_nodelist_expand("n[1-40000]", 1000, &list, &n), -1);
+    ck_assert_int_eq(errno, E2BIG);
 }
 END_TEST
 

@@ -118,6 +118,64 @@ START_TEST(rundir_made_for_the_user)
 }
 END_TEST
 
+/* Root's directories above the per-user default directory (issue 30 item
+ * 3): made root-owned with the mode asked for; an existing one that is not
+ * a root-owned directory without group/other write is refused, EPERM,
+ * naming it and its owner, and left as it was. Needs root (chown). */
+START_TEST(root_dirs_refuse_users_objects)
+{
+    struct sh_root_dir_problem bad;
+    char path[PATH_MAX + 16], top[PATH_MAX];
+    struct stat sb;
+    int fd;
+
+    if (geteuid() != 0)
+        return;
+    snprintf(top, sizeof(top), "%s/a/b", root);
+    fd = sh_root_dirs_make(root, top, 0755, &bad);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(stat(top, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0755);
+    ck_assert_uint_eq(sb.st_uid, 0);
+    /* again: kept */
+    fd = sh_root_dirs_make(root, top, 0755, &bad);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    /* a user's directory in the way */
+    ck_assert_int_eq(chown(top, 4242, 4242), 0);
+    snprintf(path, sizeof(path), "%s/c", top);
+    errno = 0;
+    ck_assert_int_eq(sh_root_dirs_make(root, path, 0755, &bad), -1);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_str_eq(bad.path, top);
+    ck_assert_uint_eq(bad.uid, 4242);
+    ck_assert_ptr_nonnull(strstr(bad.what, "not owned by root"));
+    ck_assert_int_ne(stat(path, &sb), 0); /* nothing made under it */
+    ck_assert_int_eq(stat(top, &sb), 0);
+    ck_assert_uint_eq(sb.st_uid, 4242); /* left alone */
+    /* root's but writable by others; a symlink; a file */
+    ck_assert_int_eq(chown(top, 0, 0), 0);
+    ck_assert_int_eq(chmod(top, 01777), 0);
+    ck_assert_int_eq(sh_root_dirs_make(root, top, 0755, &bad), -1);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_ptr_nonnull(strstr(bad.what, "writable"));
+    snprintf(path, sizeof(path), "%s/link", root);
+    ck_assert_int_eq(symlink(top, path), 0);
+    ck_assert_int_eq(sh_root_dirs_make(root, path, 0755, &bad), -1);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_ptr_nonnull(strstr(bad.what, "symbolic link"));
+    snprintf(path, sizeof(path), "%s/file", root);
+    write_file(path, "x");
+    ck_assert_int_eq(sh_root_dirs_make(root, path, 0755, &bad), -1);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_ptr_nonnull(strstr(bad.what, "not a directory"));
+    /* not below the root */
+    ck_assert_int_eq(sh_root_dirs_make(top, root, 0755, &bad), -1);
+    ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
 START_TEST(source_probe_and_wire_form)
 {
     char src[PATH_MAX], err[512], buf[512];
@@ -329,6 +387,7 @@ static Suite *local_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, rundir_names);
     tcase_add_test(tc, rundir_made_for_the_user);
+    tcase_add_test(tc, root_dirs_refuse_users_objects);
     tcase_add_test(tc, source_probe_and_wire_form);
     tcase_add_test(tc, vote_from_recorded_metadata);
     tcase_add_test(tc, sticky_dir_entries_of_others);
