@@ -108,6 +108,8 @@ struct sh_stage_job {
     const char *cluster;
     const char *spec;
     const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
+    unsigned umask_bits;         /* the submitting command's umask (issue 30);
+                                  * SH_UMASK_DEFAULT when it did not say */
     /* The job's staging (stepid < 0) run at a step's start because no job
      * prolog ran on this node (sh_step_stage_run): the step waits for the
      * agents' collective outcome; never detached, never drains. */

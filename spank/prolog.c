@@ -45,6 +45,8 @@
 #include "stagehand/io.h"
 #include "stagehand/kv.h"
 #include "stagehand/rmtree.h"
+#include "stagehand/size.h"
+#include "stagehand/spec.h"
 #include "stagehand/status.h"
 
 /* Seconds the agent gets beyond the staging deadline to report and clean up
@@ -95,6 +97,15 @@ static const char *env_or(const char *name, const char *alt)
     return v != NULL ? v : "";
 }
 
+/* The job's umask from the submitting side's @text (octal; NULL: not
+ * sent), or SH_UMASK_DEFAULT: never looser than private (issue 30). */
+static unsigned job_umask(const char *text)
+{
+    unsigned m;
+
+    return text != NULL && sh_parse_mode(text, &m) == 0 ? m : SH_UMASK_DEFAULT;
+}
+
 /* Write the agent's inputs (stagehand/agentio.h) to @fd, which is closed;
  * @detached: the prolog ends without the agent (local=current); @listener
  * >= 0: the agent's descriptor of the control-plane listener a sentinel
@@ -118,6 +129,7 @@ static int write_inputs(int fd, const struct sh_stage_job *job, bool detached,
     rc |= sh_kv_put(f, SH_AGENT_IN_NODENAME, job->nodename);
     rc |= sh_kv_put(f, SH_AGENT_IN_CLUSTER, job->cluster);
     rc |= sh_kv_put(f, SH_AGENT_IN_SPEC, job->spec);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_UMASK, "%04o", job->umask_bits);
     for (int i = 0; i < ac; i++)
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
     if (detached)
@@ -830,6 +842,7 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     job.nodename = env_or("SLURMD_NODENAME", NULL);
     job.cluster = env_or("SLURM_CLUSTER_NAME", NULL);
     job.submit_version = getenv("SPANK_" SH_VERSION_ENV);
+    job.umask_bits = job_umask(getenv("SPANK_" SH_UMASK_ENV));
     return run_staging(&job, ac, av);
 }
 
@@ -838,9 +851,10 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
  * submitting side's version named by @version_env (if set), into static
  * buffers (one slurmstepd runs one step). Returns -1 when one is missing. */
 static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodelist_env,
-                         const char *version_env)
+                         const char *version_env, const char *umask_env)
 {
     static char nodelist[8192], cluster[256], user[256], nodename[256], version[64];
+    char mask[16];
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
 
@@ -863,6 +877,10 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, const char *nodel
         return -1;
     if (spank_getenv(sp, version_env, version, sizeof(version)) == ESPANK_SUCCESS)
         job->submit_version = version;
+    job->umask_bits = job_umask(spank_getenv(sp, umask_env, mask, sizeof(mask)) ==
+                                        ESPANK_SUCCESS
+                                    ? mask
+                                    : NULL);
     job->user = user;
     job->nodelist = nodelist;
     job->nodename = nodename;
@@ -894,7 +912,8 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
     job_lock_path(jobid, lock_path, sizeof(lock_path));
     if (access(lock_path, F_OK) == 0 || errno != ENOENT)
         return 0;
-    if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST", "SLURM_SPANK_" SH_VERSION_ENV) != 0)
+    if (step_job_fill(sp, &job, "SLURM_JOB_NODELIST", "SLURM_SPANK_" SH_VERSION_ENV,
+                      "SLURM_SPANK_" SH_UMASK_ENV) != 0)
         return 0;
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
         if (stepid == SH_BATCH_STEP)
@@ -923,7 +942,8 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
         slurm_error("stagehand: step: cannot get the step id");
         return 0;
     }
-    if (step_job_fill(sp, &job, "SLURM_STEP_NODELIST", SH_STEP_VERSION_ENV) != 0)
+    if (step_job_fill(sp, &job, "SLURM_STEP_NODELIST", SH_STEP_VERSION_ENV,
+                      SH_STEP_UMASK_ENV) != 0)
         return 0;
     job.stepid = (long)stepid;
     job.spec = spec;
