@@ -92,31 +92,33 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
 
         if (v->vote != SH_VOTE_ERROR &&
             sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0) {
-            if (errno == ETIMEDOUT) {
+            int e = errno;
+
+            if (e == ETIMEDOUT) {
                 busy = 1;
                 /* whom we wait for: the run whose temp file is there */
                 sh_publish_lock_owner(d->dirfd, d->name, d->lock_owner,
                                       sizeof(d->lock_owner));
-            } else if (errno == ELOOP) {
+            } else if (e == ELOOP) {
                 char lname[NAME_MAX + 1] = "";
 
                 sh_publish_lockname(d->name, lname, sizeof(lname));
-                sh_vote_error(v, errno, "the lock file %s next to %s is a symbolic "
+                sh_vote_error(v, e, "the lock file %s next to %s is a symbolic "
                               "link; refusing to follow it (remove it)", lname,
                               o->dest);
-            } else if ((errno == EACCES || errno == EPERM) &&
-                       sh_publish_lock_foreign(d->dirfd, d->name, o->dest, errno,
+            } else if ((e == EACCES || e == EPERM) &&
+                       sh_publish_lock_foreign(d->dirfd, d->name, o->dest, e,
                                                v->reason, sizeof(v->reason)) == 0) {
                 /* issue 30 item 4: another user's file under the lock's name */
                 v->vote = SH_VOTE_ERROR;
-                v->err = EACCES;
-            } else if (errno == EACCES || errno == EPERM || errno == EROFS)
-                sh_vote_error(v, errno, "cannot write in the directory of %s "
+                v->err = e;
+            } else if (e == EACCES || e == EPERM || e == EROFS)
+                sh_vote_error(v, e, "cannot write in the directory of %s "
                               "(its lock file goes there): %s", o->dest,
-                              strerror(errno));
+                              strerror(e));
             else
-                sh_vote_error(v, errno, "cannot open the lock file next to %s: %s",
-                              o->dest, strerror(errno));
+                sh_vote_error(v, e, "cannot open the lock file next to %s: %s",
+                              o->dest, strerror(e));
         }
         rc = MPI_Iallreduce(&busy, &any_busy, 1, MPI_INT, MPI_MAX, leaders, &req);
         if (rc != MPI_SUCCESS)

@@ -15,7 +15,6 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
-user=$MINICLUSTER_USER
 other=$MINICLUSTER_OTHER_USER
 id -u "$other" >/dev/null 2>&1 || skip "no second user $other on this cluster"
 tok=spriv$$
