@@ -7,8 +7,10 @@
 # 0640 SRC staged with umask 022 gives 0640); the directories stagehand
 # creates are 0700 minus the umask (dest_dir_mode). A current copy left
 # world-readable (0644, as an older version made it) is made private by the
-# next staging rather than trusted as it is. Then the same attack under
-# on_node_fault=drain: the staging succeeds and no node is drained.
+# next staging rather than trusted as it is. A step's staging (srun
+# --stage-image in an allocation) follows that srun's umask. Then the same
+# attack under on_node_fault=drain: the staging succeeds and no node is
+# drained.
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/cluster/faultlib.sh
@@ -38,7 +40,7 @@ cleanup() {
     fi
     rm -f "$saved" "$src" "$src2" "$out"
     for n in $MINICLUSTER_NODES; do
-        on_node "$n" rm -rf "/nvme/$tok" "/nvme/$tok.d"
+        on_node "$n" rm -rf "/nvme/$tok" "/nvme/$tok.d" "/nvme/$tok.s"
     done
 }
 trap cleanup EXIT
@@ -118,7 +120,19 @@ for n in $MINICLUSTER_NODES; do
 done
 echo "ok: (c) 0640 SRC with umask 022: DST 0640 with SRC's group, created dirs 0700"
 
-# (d) the same attack under on_node_fault=drain: staged, private, nothing drained
+# (d) a step's staging (srun --stage-image inside an allocation) follows
+# that srun's umask: salloc under umask 022, srun under 077, the 0640 SRC
+# gives 0600 copies
+dst3=/nvme/$tok.s/img
+sout=$(as_user sh -c "umask 022 && salloc -J '$tag' -N$k bash -c \"umask 077 && srun -N$k --stage-image='$src2:$dst3' true\"" 2>&1) ||
+    fail "(d) salloc/srun: $sout"
+assert_staged_everywhere "$src2" "$dst3"
+[ "$(modes "$dst3")" = "$(want_modes 600)" ] || fail "(d) step staging: DST modes $(modes "$dst3"), expected 600"
+[ "$(modes "/nvme/$tok.s")" = "$(want_modes 700)" ] || fail "(d) created dir modes $(modes "/nvme/$tok.s")"
+[ -z "$(attack "$dst3" "/nvme/$tok.s")" ] || fail "(d) $(attack "$dst3" "/nvme/$tok.s")"
+echo "ok: (d) a step's staging under srun's umask 077: DST 0600, created dir 0700"
+
+# (e) the same attack under on_node_fault=drain: staged, private, nothing drained
 grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
 sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
 grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
@@ -126,9 +140,9 @@ changed=1
 restart_all || fail "cannot restart the slurmds"
 for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 st=$(stage "$dst" "$src" 077)
-[ "$st" = COMPLETED ] || fail "(d) job ended $st: $(cat "$out")"
+[ "$st" = COMPLETED ] || fail "(e) job ended $st: $(cat "$out")"
 leak=$(attack "$dst" "/nvme/$tok" "/nvme/$tok/sub")
-[ -z "$leak" ] || fail "(d) under on_node_fault=drain: $leak"
-[ "$(modes "$dst")" = "$(want_modes 600)" ] || fail "(d) DST modes $(modes "$dst")"
+[ -z "$leak" ] || fail "(e) under on_node_fault=drain: $leak"
+[ "$(modes "$dst")" = "$(want_modes 600)" ] || fail "(e) DST modes $(modes "$dst")"
 assert_no_drain
-echo "ok: (d) under on_node_fault=drain: DST 0600, $other kept out, no node drained"
+echo "ok: (e) under on_node_fault=drain: DST 0600, $other kept out, no node drained"
