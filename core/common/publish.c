@@ -3,8 +3,8 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <pwd.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

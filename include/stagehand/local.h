@@ -31,8 +31,7 @@ int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen
 
 /* Encode the leader's answer about the source into @buf (@len bytes): "ok
  * <size> <mtime s> <ns> <ctime s> <ns> <mode, octal> <gid>" when @ok, else
- * "err <@err>". Returns
- * the length written (truncated to @len - 1). */
+ * "err <@err>". Returns the length written (truncated to @len - 1). */
 int sh_src_encode(char *buf, size_t len, int ok, const struct sh_src_id *id, const char *err);
 
 /* Decode sh_src_encode's @len bytes at @data for source path @src into @id.
