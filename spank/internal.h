@@ -111,6 +111,8 @@ struct sh_stage_job {
     uint32_t nnodes;             /* Slurm's node count of the job or step; 0: unknown */
     uint32_t nodeid;             /* this node's index in the step (have_nodeid) */
     bool have_nodeid;
+    unsigned umask_bits;         /* the submitting command's umask (issue 30);
+                                  * SH_UMASK_DEFAULT when it did not say */
     /* The job's staging (stepid < 0) run at a step's start because no job
      * prolog ran on this node (sh_step_stage_run): the step waits for the
      * agents' collective outcome; never detached, never drains. */

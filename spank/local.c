@@ -90,7 +90,8 @@ static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
             child_fail(fd, "%s: %s is on a %s filesystem", dst, dir, fsname);
         if (sh_src_probe(src, &id, why, sizeof(why)) != 0)
             child_fail(fd, "%s", why);
-        if (sh_dest_vote(cfg, job->uid, dst, &id, why, sizeof(why)) != SH_VOTE_CURRENT)
+        if (sh_dest_vote(cfg, job->uid, dst, &id, job->umask_bits, why, sizeof(why)) !=
+            SH_VOTE_CURRENT)
             child_fail(fd, "%s: %s", dst, why);
         n = sh_claim_text(dst, &id, claim, sizeof(claim));
         if (n < 0 || sh_claim_write(rundir, i, claim, n) != 0)

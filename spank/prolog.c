@@ -47,6 +47,8 @@
 #include "stagehand/kv.h"
 #include "stagehand/local.h"
 #include "stagehand/rmtree.h"
+#include "stagehand/size.h"
+#include "stagehand/spec.h"
 #include "stagehand/status.h"
 
 /* Seconds the agent gets beyond the staging deadline to report and clean up
@@ -116,6 +118,15 @@ static bool inputs_fit(const struct sh_stage_job *job)
            strlen(job->cluster) < 256 && strlen(job->nodename) < 256;
 }
 
+/* The job's umask from the submitting side's @text (octal; NULL: not
+ * sent), or SH_UMASK_DEFAULT: never looser than private (issue 30). */
+static unsigned job_umask(const char *text)
+{
+    unsigned m;
+
+    return text != NULL && sh_parse_mode(text, &m) == 0 ? m : SH_UMASK_DEFAULT;
+}
+
 /* Write the agent's inputs (stagehand/agentio.h) to @fd, which is closed;
  * @detached: the prolog ends without the agent (local=current); @listener
  * >= 0: the agent's descriptor of the control-plane listener a sentinel
@@ -143,6 +154,7 @@ static int write_inputs(int fd, const struct sh_stage_job *job, bool detached,
         rc |= sh_kv_putf(f, SH_AGENT_IN_NNODES, "%u", job->nnodes);
     if (job->have_nodeid)
         rc |= sh_kv_putf(f, SH_AGENT_IN_NODEID, "%u", job->nodeid);
+    rc |= sh_kv_putf(f, SH_AGENT_IN_UMASK, "%04o", job->umask_bits);
     for (int i = 0; i < ac; i++)
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
     if (detached)
@@ -909,6 +921,7 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     job.nodename = env_or("SLURMD_NODENAME", NULL);
     job.cluster = env_or("SLURM_CLUSTER_NAME", NULL);
     job.submit_version = getenv("SPANK_" SH_VERSION_ENV);
+    job.umask_bits = job_umask(getenv("SPANK_" SH_UMASK_ENV));
     return run_staging(&job, ac, av);
 }
 
@@ -1002,13 +1015,15 @@ static int slurm_nodes(uint32_t jobid, uint32_t stepid, bool step, char *nodes, 
  * (from its uid), this node's name (slurmstepd's own), the node list and
  * cluster of the step (@step) or of the job from slurmctld, the step's node
  * count and this node's index in it from slurmstepd, and the submitting
- * side's version named by @version_env (the job's environment: bounded), into
+ * side's version named by @version_env (the job's environment: bounded) and
+ * its umask named by @umask_env, into
  * static buffers (one slurmstepd runs one step). Returns -1 when one is
  * missing. */
 static int step_job_fill(spank_t sp, struct sh_stage_job *job, bool step, uint32_t stepid,
-                         const char *version_env)
+                         const char *version_env, const char *umask_env)
 {
     static char nodelist[8192], cluster[256], user[256], nodename[256], version[64];
+    char mask[16];
     struct passwd pw, *pwr = NULL;
     char pwbuf[4096];
     uint32_t nnodes = 0, nodeid = 0;
@@ -1044,6 +1059,10 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, bool step, uint32
         job->submit_version = bounded_version(version, sizeof(version) - 1);
     if (job->submit_version == NULL && version[0] != '\0')
         job->submit_version = "(not a version)";
+    job->umask_bits = job_umask(spank_getenv(sp, umask_env, mask, sizeof(mask)) ==
+                                        ESPANK_SUCCESS
+                                    ? mask
+                                    : NULL);
     job->user = user;
     job->nodelist = nodelist;
     job->nodename = nodename;
@@ -1076,7 +1095,8 @@ static int stage_missed_prolog(spank_t sp, int ac, char **av)
     job_lock_path(jobid, lock_path, sizeof(lock_path));
     if (access(lock_path, F_OK) == 0 || errno != ENOENT)
         return 0;
-    if (step_job_fill(sp, &job, false, 0, "SLURM_SPANK_" SH_VERSION_ENV) != 0)
+    if (step_job_fill(sp, &job, false, 0, "SLURM_SPANK_" SH_VERSION_ENV,
+                      "SLURM_SPANK_" SH_UMASK_ENV) != 0)
         return 0;
     if (spank_get_item(sp, S_JOB_STEPID, &stepid) == ESPANK_SUCCESS) {
         if (stepid == SH_BATCH_STEP)
@@ -1114,7 +1134,7 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
         slurm_error("stagehand: step: cannot get the step id");
         return 0;
     }
-    if (step_job_fill(sp, &job, true, stepid, SH_STEP_VERSION_ENV) != 0)
+    if (step_job_fill(sp, &job, true, stepid, SH_STEP_VERSION_ENV, SH_STEP_UMASK_ENV) != 0)
         return 0;
     job.stepid = (long)stepid;
     job.spec = spec;

@@ -255,12 +255,32 @@ static void export_planned(const struct sh_spec_set *set)
     free(list);
 }
 
+/* This process's umask, "0077" into @out: /proc/self/status (Linux 4.7),
+ * which leaves it as it is; umask(2) twice where that is missing. */
+static void own_umask(char *out, size_t len)
+{
+    char line[128];
+    unsigned m = 0;
+    bool found = false;
+    FILE *f = fopen("/proc/self/status", "re");
+
+    while (f != NULL && !found && fgets(line, sizeof(line), f) != NULL)
+        found = sscanf(line, "Umask: %o", &m) == 1;
+    if (f != NULL)
+        fclose(f);
+    if (!found) {
+        m = (unsigned)umask(077);
+        umask((mode_t)m);
+    }
+    snprintf(out, len, "%04o", m & 0777);
+}
+
 int sh_submit_post_opt(spank_t sp)
 {
     const struct sh_config *cfg = &sh_plugin.config;
     char err[REASON_MAX];
     size_t n;
-    char *wire;
+    char *wire, mask[16];
     spank_err_t rc;
     int failed = 0;
 
@@ -292,17 +312,22 @@ int sh_submit_post_opt(spank_t sp)
                     strerror(errno));
         return -1;
     }
+    /* The copies' mode follows SRC's minus the user's umask (issue 30). */
+    own_umask(mask, sizeof(mask));
     if (sh_plugin.step_staging) {
         /* spank_setenv is remote-only; srun hands its own environment to
          * the step, where slurmstepd reads it with spank_getenv. */
         rc = setenv(SH_STEP_SPEC_ENV, wire, 1) == 0 &&
-                     setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) == 0
+                     setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) == 0 &&
+                     setenv(SH_STEP_UMASK_ENV, mask, 1) == 0
                  ? ESPANK_SUCCESS
                  : ESPANK_ERROR;
     } else {
         rc = spank_job_control_setenv(sp, SH_SPEC_ENV, wire, 1);
         if (rc == ESPANK_SUCCESS)
             rc = spank_job_control_setenv(sp, SH_VERSION_ENV, SH_VERSION, 1);
+        if (rc == ESPANK_SUCCESS)
+            rc = spank_job_control_setenv(sp, SH_UMASK_ENV, mask, 1);
     }
     free(wire);
     if (rc != ESPANK_SUCCESS) {

@@ -78,6 +78,7 @@ struct agent_in {
     bool have_listener;     /* listener=<fd>: started by the plugin's sentinel,
                              * which bound the job's control-plane port */
     int listener;
+    unsigned umask_bits;    /* the job's umask (umask=; SH_UMASK_DEFAULT) */
     int nargs;
     char *args[MAX_ARGS];
 };
@@ -179,6 +180,7 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
     in->stepid = STEP_JOB;
     in->uid = (uid_t)-1;
     in->gid = (gid_t)-1;
+    in->umask_bits = SH_UMASK_DEFAULT;
     while (!ended && lines++ < MAX_INPUT_LINES && fgets(line, sizeof(line), f) != NULL) {
         char *key, *value;
         int bad = 0;
@@ -228,6 +230,8 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
             bad = sh_parse_u64(value, &v) != 0 || v <= STDERR_FILENO || v > 1023;
             in->listener = (int)v;
             in->have_listener = !bad;
+        } else if (strcmp(key, SH_AGENT_IN_UMASK) == 0) {
+            bad = sh_parse_mode(value, &in->umask_bits) != 0;
         } else if (strcmp(key, SH_AGENT_IN_ARG) == 0) {
             if (in->nargs >= MAX_ARGS || (in->args[in->nargs] = strdup(value)) == NULL)
                 bad = 1;
@@ -719,6 +723,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     const struct sh_pmix_ops *px;
     const char **names = NULL;
     char nspace[128] = "", segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16];
+    char dirmode[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
     char outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
     char lerr[512] = "";
@@ -785,6 +790,7 @@ again:
     snprintf(stall, sizeof(stall), "%" PRIu64 "ms", a->cfg.stall_timeout_ns / 1000000);
     snprintf(depth, sizeof(depth), "%u", a->cfg.pipeline_depth);
     snprintf(rahead, sizeof(rahead), "%u", a->cfg.read_ahead);
+    snprintf(dirmode, sizeof(dirmode), "%04o", a->cfg.dest_dir_mode);
     snprintf(tmo, sizeof(tmo), "%" PRIu64 "s", secs);
     snprintf(env_jobid, sizeof(env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
     snprintf(env_jobid2, sizeof(env_jobid2), "SLURM_JOB_ID=%" PRIu64, a->in.jobid);
@@ -805,6 +811,7 @@ again:
             "--json",
             "--expect-ranks", ranks,
             "--stall-timeout", stall,
+            "--dir-mode", dirmode,
             NULL,
         };
         /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
@@ -1353,7 +1360,8 @@ static void stage_image_run(struct agent *a, size_t img)
         } else {
             char their[PATH_MAX];
 
-            v = sh_dest_vote(&a->cfg, a->in.uid, dst, &id, why, sizeof(why));
+            v = sh_dest_vote(&a->cfg, a->in.uid, dst, &id, (mode_t)a->in.umask_bits, why,
+                             sizeof(why));
             /* The plugin found DST current for SRC as this node saw it and
              * the job runs on it: this node's copy is not replaced. SRC as
              * the leader saw it differs (it changed in between): fail the
@@ -1771,6 +1779,9 @@ int sh_agent_prolog_main(void)
                     a.in.nodelist, a.in.nnodes != 0 ? a.in.nnodes : a.nnodes);
         goto done;
     }
+    /* The job's umask, which the engine inherits: DST and the directories
+     * made for it follow it (issue 30). */
+    umask((mode_t)a.in.umask_bits);
     t_setup = now_ns();
     {
         struct sh_ctl_cfg cc;

@@ -41,6 +41,7 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->submit_check = true;
     cfg->verbose = false;
     cfg->allow_shared_dst = false;
+    cfg->dest_dir_mode = 0700;
 }
 
 /* ---- value parsers: each gets the key and value for its messages ------ */
@@ -285,6 +286,18 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
             return -1;
         cfg->read_ahead = (unsigned)v;
         return 0;
+    case 21: {
+        unsigned m;
+
+        if (sh_parse_mode(a->val, &m) != 0)
+            return bad(a, errno, "expected permission bits in octal such as 0700 or "
+                       "0755 (at most 0777: no setuid, setgid or sticky bit)");
+        if ((m & 0700) != 0700)
+            return bad(a, EINVAL, "the owner needs rwx (07xx) to stage into the "
+                       "directories stagehand creates");
+        cfg->dest_dir_mode = m;
+        return 0;
+    }
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -296,6 +309,7 @@ static const char *const keys[] = {
     "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
     "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
+    "dest_dir_mode",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "stagehand/io.h"
+#include "stagehand/publish.h"
 #include "stagehand/status.h"
 
 int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len)
@@ -197,6 +198,8 @@ int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen
     id->size = (uint64_t)sb.st_size;
     id->mtime = sh_ts_from(&sb.st_mtim);
     id->ctime = sh_ts_from(&sb.st_ctim);
+    id->mode = (uint32_t)(sb.st_mode & 0777);
+    id->gid = (uint32_t)sb.st_gid;
     return 0;
 }
 
@@ -351,7 +354,8 @@ void sh_nearest_dir(const char *dst, char *out, size_t len)
 /* This node's vote for @dst given the source @id. Content checks are left to
  * the engine (it hashes DST); here only the recorded metadata decides. */
 enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *dst,
-                          const struct sh_src_id *id, char *why, size_t whylen)
+                          const struct sh_src_id *id, mode_t umask_bits, char *why,
+                          size_t whylen)
 {
     enum sh_check check = cfg->check;
     char dir[PATH_MAX], *slash;
@@ -390,6 +394,14 @@ enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *ds
               sh_meta_is_current(check, id, &sb, uid, &rec, NULL, &reason) == 1;
     if (!current && check == SH_CHECK_SIZE)
         current = sh_meta_is_current(check, id, &sb, uid, NULL, NULL, &reason) == 1;
+    /* A current copy readable by more users than SRC (an older version made
+     * copies 0644) is made private, or copied again (issue 30). */
+    if (current && sh_publish_tighten(fd, &sb, sh_copy_mode(id->mode, umask_bits,
+                                                            sb.st_gid == id->gid)) < 0) {
+        current = 0;
+        reason = "destination is readable by more users than the source and cannot be "
+                 "chmod'ed";
+    }
     close(fd);
     close(dirfd);
     if (current) {
@@ -407,8 +419,8 @@ int sh_src_encode(char *buf, size_t len, int ok, const struct sh_src_id *id, con
 
     if (ok)
         n = snprintf(buf, len, "ok %" PRIu64 " %" PRId64 " %" PRIu32 " %" PRId64
-                     " %" PRIu32, id->size, id->mtime.sec, id->mtime.nsec,
-                     id->ctime.sec, id->ctime.nsec);
+                     " %" PRIu32 " %" PRIo32 " %" PRIu32, id->size, id->mtime.sec,
+                     id->mtime.nsec, id->ctime.sec, id->ctime.nsec, id->mode, id->gid);
     else
         n = snprintf(buf, len, "err %s", err);
     return n < 0 ? 0 : (int)((size_t)n < len ? (size_t)n : len - 1);
@@ -419,6 +431,7 @@ int sh_src_decode(const unsigned char *data, uint32_t len, const char *src,
 {
     char buf[SH_STATUS_LINE_MAX];
     size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+    int got;
 
     memcpy(buf, data, n);
     buf[n] = '\0';
@@ -428,12 +441,17 @@ int sh_src_decode(const unsigned char *data, uint32_t len, const char *src,
         return -1;
     }
     snprintf(id->path, sizeof(id->path), "%s", src);
-    if (sscanf(buf, "ok %" SCNu64 " %" SCNd64 " %" SCNu32 " %" SCNd64 " %" SCNu32,
-               &id->size, &id->mtime.sec, &id->mtime.nsec, &id->ctime.sec,
-               &id->ctime.nsec) != 5) {
+    /* A leader without SRC's mode (an older version): a private copy. */
+    id->mode = 0600;
+    id->gid = (uint32_t)-1;
+    got = sscanf(buf, "ok %" SCNu64 " %" SCNd64 " %" SCNu32 " %" SCNd64 " %" SCNu32
+                       " %" SCNo32 " %" SCNu32, &id->size, &id->mtime.sec, &id->mtime.nsec,
+                       &id->ctime.sec, &id->ctime.nsec, &id->mode, &id->gid);
+    if (got != 5 && got != 7) {
         snprintf(err, errlen, "malformed source record from the leader");
         return -1;
     }
+    id->mode &= 0777;
     return 0;
 }
 

@@ -188,7 +188,8 @@ int sh_meta_store_sidecar(const struct sh_io_ops *io, int dirfd,
     n = sh_meta_encode(m, buf, sizeof(buf));
     if (n < 0)
         return -1;
-    return sh_publish_buffer(io, dirfd, side, jobid, host, buf, (size_t)n, 0644);
+    /* owner-only: the record names SRC and its digest (issue 30) */
+    return sh_publish_buffer(io, dirfd, side, jobid, host, buf, (size_t)n, 0600);
 }
 
 int sh_meta_remove_sidecar(int dirfd, const char *name)

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,15 +75,16 @@ int sh_publish_lockname(const char *name, char *out, size_t len)
     return 0;
 }
 
-/* mkdir -p of the directory part of @path (absolute, ends before basename). */
-static int make_parents(char *dir)
+/* mkdir -p of the directory part of @path (absolute, ends before basename),
+ * new directories with @mode (the umask applies). */
+static int make_parents(char *dir, mode_t mode)
 {
     for (char *p = dir + 1; ; p++) {
         if (*p == '/' || *p == '\0') {
             char saved = *p;
 
             *p = '\0';
-            if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+            if (mkdir(dir, mode) != 0 && errno != EEXIST) {
                 *p = saved;
                 return -1;
             }
@@ -94,7 +96,7 @@ static int make_parents(char *dir)
     return 0;
 }
 
-int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
+int sh_publish_open_dir(const char *dst, mode_t parent_mode, int *dirfd,
                         char *name, size_t namelen)
 {
     char dir[PATH_MAX];
@@ -129,7 +131,7 @@ int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
         memcpy(dir, dst, dlen);
         dir[dlen] = '\0';
     }
-    if (create_parents && dlen > 0 && make_parents(dir) != 0)
+    if (parent_mode != 0 && dlen > 0 && make_parents(dir, parent_mode) != 0)
         return -1;
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -145,9 +147,41 @@ static void reset(struct sh_publish *p)
     p->tmp_live = 0;
 }
 
+mode_t sh_copy_mode(mode_t src_mode, mode_t umask_bits, int same_group)
+{
+    mode_t m = src_mode & 0777 & ~umask_bits;
+
+    return same_group ? m : m & ~(mode_t)070;
+}
+
+int sh_publish_tighten(int fd, const struct stat *st, mode_t want)
+{
+    mode_t have = st->st_mode & 0777;
+
+    if ((have & ~want) == 0)
+        return 0;
+    return fchmod(fd, have & want) == 0 ? 1 : -1;
+}
+
+/* The temp file @fd gets exactly @mode (permission bits) and, when @gid is
+ * not (gid_t)-1 and differs from the group it was created with, group @gid;
+ * when that group cannot be set, no group bits. */
+static int set_mode(int fd, mode_t mode, gid_t gid)
+{
+    struct stat st;
+
+    if (gid != (gid_t)-1) {
+        if (fstat(fd, &st) != 0)
+            return -1;
+        if (st.st_gid != gid && fchown(fd, (uid_t)-1, gid) != 0)
+            mode &= ~(mode_t)070;
+    }
+    return fchmod(fd, mode & 0777);
+}
+
 int sh_publish_begin(struct sh_publish *p, const struct sh_io_ops *io,
                      int dirfd, const char *name, const char *jobid,
-                     const char *host, uint64_t size, mode_t mode)
+                     const char *host, uint64_t size, mode_t mode, gid_t gid)
 {
     size_t nlen;
 
@@ -172,12 +206,18 @@ int sh_publish_begin(struct sh_publish *p, const struct sh_io_ops *io,
     /* Mark before creating: a signal between open and the flag must still
      * unlink; unlinking a name that does not exist yet is harmless. */
     p->tmp_live = 1;
+    /* Owner-only until its mode is set, before any byte is written: the
+     * copy is never readable by anyone SRC's mode keeps out (issue 30). */
     p->fd = p->io->openat(dirfd, p->tmpname,
                           O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                          mode);
+                          0600);
     if (p->fd < 0) {
         /* EEXIST: the name belongs to someone else; never unlink it. */
         p->tmp_live = 0;
+        return -1;
+    }
+    if (set_mode(p->fd, mode, gid) != 0) {
+        sh_publish_abort(p);
         return -1;
     }
     /* Plain fallocate, never posix_fallocate: glibc's fallback writes every
@@ -267,7 +307,7 @@ int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
 {
     struct sh_publish p;
 
-    if (sh_publish_begin(&p, io, dirfd, name, jobid, host, len, mode) != 0)
+    if (sh_publish_begin(&p, io, dirfd, name, jobid, host, len, mode, (gid_t)-1) != 0)
         return -1;
     if (sh_publish_write(&p, buf, len, 0) != 0 || sh_publish_sync(&p) != 0)
         return -1;
@@ -532,5 +572,39 @@ int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len)
         return -1;
     }
     snprintf(out, len, "job %s on %s", c.job, c.host);
+    return 0;
+}
+
+void sh_publish_lock_foreign_text(char *out, size_t len, const char *lockpath,
+                                  const char *owner, uid_t uid, int err)
+{
+    snprintf(out, len, "lock file %s belongs to %s (uid %u), not to you: %s (its owner "
+             "or an administrator must remove it)", lockpath,
+             owner != NULL && owner[0] != '\0' ? owner : "an unknown user", (unsigned)uid,
+             strerror(err));
+}
+
+int sh_publish_lock_foreign(int dirfd, const char *name, const char *dst, int err,
+                            char *out, size_t len)
+{
+    char lname[NAME_MAX + 1], path[PATH_MAX + NAME_MAX + 2], pwbuf[4096];
+    struct passwd pw, *pwr = NULL;
+    const char *slash = strrchr(dst, '/');
+    struct stat st;
+
+    if (sh_publish_lockname(name, lname, sizeof(lname)) != 0 ||
+        fstatat(dirfd, lname, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -1;
+    if (st.st_uid == geteuid()) {
+        errno = EPERM;
+        return -1;
+    }
+    if (slash == NULL)
+        slash = dst;
+    snprintf(path, sizeof(path), "%.*s/%s", (int)(slash - dst), dst, lname);
+    if (getpwuid_r(st.st_uid, &pw, pwbuf, sizeof(pwbuf), &pwr) != 0)
+        pwr = NULL;
+    sh_publish_lock_foreign_text(out, len, path, pwr != NULL ? pw.pw_name : NULL,
+                                 st.st_uid, err);
     return 0;
 }

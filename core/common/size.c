@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 /* Parse the leading decimal digits of @text; *end points past them. */
@@ -119,4 +120,28 @@ char *sh_format_size(uint64_t bytes, char *buf, unsigned len)
     else
         snprintf(buf, len, "%.2f %s", v, names[i]);
     return buf;
+}
+
+int sh_parse_mode(const char *text, unsigned *out)
+{
+    unsigned v = 0;
+    size_t n = strlen(text);
+
+    if (n == 0 || n > 4) {
+        errno = EINVAL;
+        return -1;
+    }
+    for (const char *p = text; *p != '\0'; p++) {
+        if (*p < '0' || *p > '7') {
+            errno = EINVAL;
+            return -1;
+        }
+        v = v * 8 + (unsigned)(*p - '0');
+    }
+    if (v > 0777) {
+        errno = ERANGE;
+        return -1;
+    }
+    *out = v;
+    return 0;
 }

@@ -82,7 +82,8 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
     d->have_temp = 0;
     d->lock_wait_s = 0;
     d->lock_owner[0] = '\0';
-    if (sh_publish_open_dir(o->dest, 1, &d->dirfd, d->name, sizeof(d->name)) != 0)
+    if (sh_publish_open_dir(o->dest, (mode_t)o->dir_mode, &d->dirfd, d->name,
+                            sizeof(d->name)) != 0)
         sh_vote_error(v, errno, "cannot create or open the directory of %s: %s",
                       o->dest, strerror(errno));
     for (;;) {
@@ -91,25 +92,33 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
 
         if (v->vote != SH_VOTE_ERROR &&
             sh_publish_lock(d->dirfd, d->name, 0, &d->lockfd) != 0) {
-            if (errno == ETIMEDOUT) {
+            int e = errno;
+
+            if (e == ETIMEDOUT) {
                 busy = 1;
                 /* whom we wait for: the run whose temp file is there */
                 sh_publish_lock_owner(d->dirfd, d->name, d->lock_owner,
                                       sizeof(d->lock_owner));
-            } else if (errno == ELOOP) {
+            } else if (e == ELOOP) {
                 char lname[NAME_MAX + 1] = "";
 
                 sh_publish_lockname(d->name, lname, sizeof(lname));
-                sh_vote_error(v, errno, "the lock file %s next to %s is a symbolic "
+                sh_vote_error(v, e, "the lock file %s next to %s is a symbolic "
                               "link; refusing to follow it (remove it)", lname,
                               o->dest);
-            } else if (errno == EACCES || errno == EPERM || errno == EROFS)
-                sh_vote_error(v, errno, "cannot write in the directory of %s "
+            } else if ((e == EACCES || e == EPERM) &&
+                       sh_publish_lock_foreign(d->dirfd, d->name, o->dest, e,
+                                               v->reason, sizeof(v->reason)) == 0) {
+                /* issue 30 item 4: another user's file under the lock's name */
+                v->vote = SH_VOTE_ERROR;
+                v->err = e;
+            } else if (e == EACCES || e == EPERM || e == EROFS)
+                sh_vote_error(v, e, "cannot write in the directory of %s "
                               "(its lock file goes there): %s", o->dest,
-                              strerror(errno));
+                              strerror(e));
             else
-                sh_vote_error(v, errno, "cannot open the lock file next to %s: %s",
-                              o->dest, strerror(errno));
+                sh_vote_error(v, e, "cannot open the lock file next to %s: %s",
+                              o->dest, strerror(e));
         }
         rc = MPI_Iallreduce(&busy, &any_busy, 1, MPI_INT, MPI_MAX, leaders, &req);
         if (rc != MPI_SUCCESS)
@@ -141,6 +150,25 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
             nanosleep(&ts, NULL);
         }
     }
+}
+
+/* A current DST (@st; @dfd open on it, or -1) whose mode allows more than a
+ * new copy's (issue 30: an older version made copies 0644) is made as
+ * strict as a new copy would be. Returns true, with the reason in *@why,
+ * when that fails: the copy is then made again. */
+static bool looser_than_src(const struct sh_bcast_opts *o, const struct sh_src_id *src,
+                            int dfd, const struct stat *st, const char **why)
+{
+    mode_t want = sh_copy_mode(src->mode, o->umask_bits, st->st_gid == src->gid);
+    int rc = dfd >= 0 ? sh_publish_tighten(dfd, st, want) : -1;
+
+    if (rc == 1)
+        sh_info("pre-check", "%s: mode %04o made %04o, as strict as the source's",
+                o->dest, (unsigned)(st->st_mode & 0777), (unsigned)(st->st_mode & want));
+    if (rc >= 0 || ((st->st_mode & 0777) & ~want) == 0)
+        return false;
+    *why = "destination is readable by more users than the source and cannot be chmod'ed";
+    return true;
 }
 
 /* With the lock held: decide whether this node's copy is current; if not,
@@ -198,7 +226,8 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
             dig = digest;
     }
     if (sh_meta_is_current(o->check, src, have_dst ? &st : NULL, geteuid(),
-                           have_rec ? &rec : NULL, dig, &why)) {
+                           have_rec ? &rec : NULL, dig, &why) &&
+        !looser_than_src(o, src, dfd, &st, &why)) {
         if (dfd >= 0)
             close(dfd);
         v->vote = SH_VOTE_CURRENT;
@@ -242,7 +271,8 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
                     "tmpfs mounted with huge=within_size allocates 2 MiB pages)", o->dest);
     }
     if (sh_publish_begin(&sh_guard_pub, NULL, d->dirfd, d->name, sh_guard_jobid,
-                         sh_guard_host, sched->size, 0644) != 0) {
+                         sh_guard_host, sched->size,
+                         sh_copy_mode(src->mode, o->umask_bits, 1), (gid_t)src->gid) != 0) {
         char need[32];
 
         if (errno == ENOSPC || errno == EDQUOT)   /* case F14 */

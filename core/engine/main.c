@@ -42,7 +42,7 @@
 enum {
     MD_STATUS, MD_ERRNO, MD_SIZE, MD_MTIME_S, MD_MTIME_NS, MD_CTIME_S,
     MD_CTIME_NS, MD_SEGMENT, MD_DEPTH, MD_HASH, MD_CHECK, MD_ALGORITHM,
-    MD_VERIFY, MD_WORDS,
+    MD_VERIFY, MD_MODE, MD_GID, MD_WORDS,
 };
 
 /* Roles in the plan broadcast by the reader, one per writer. */
@@ -92,6 +92,8 @@ static int open_source(const struct sh_bcast_opts *o, uint64_t *md,
     md[MD_MTIME_NS] = (uint64_t)st.st_mtim.tv_nsec;
     md[MD_CTIME_S] = (uint64_t)st.st_ctim.tv_sec;
     md[MD_CTIME_NS] = (uint64_t)st.st_ctim.tv_nsec;
+    md[MD_MODE] = (uint64_t)(st.st_mode & 0777);
+    md[MD_GID] = (uint64_t)st.st_gid;
     return fd;
 }
 
@@ -290,6 +292,8 @@ static int phase_metadata(struct run *r)
     r->src.mtime.nsec = (uint32_t)md[MD_MTIME_NS];
     r->src.ctime.sec = (int64_t)md[MD_CTIME_S];
     r->src.ctime.nsec = (uint32_t)md[MD_CTIME_NS];
+    r->src.mode = (uint32_t)md[MD_MODE] & 0777;
+    r->src.gid = (uint32_t)md[MD_GID];
     if (sh_sched_init(&r->sched, r->src.size, r->o.segment) != 0)
         sh_guard_mpi_fatal("metadata", "segment schedule", MPI_SUCCESS);
     return 0;
@@ -395,7 +399,8 @@ static int phase_precheck(struct run *r)
                             &r->d.lockfd) == 0 &&
             sh_publish_begin(&sh_guard_pub, NULL, r->d.dirfd, r->d.name,
                              sh_guard_jobid, sh_guard_host, r->sched.size,
-                             0644) == 0)
+                             sh_copy_mode(r->src.mode, r->o.umask_bits, 1),
+                             (gid_t)r->src.gid) == 0)
             r->d.have_temp = 1;
         else
             sh_node_fail(&r->res, "pre-check", errno, SH_EXIT_DEST, "cannot "
@@ -638,6 +643,10 @@ int main(int argc, char **argv)
     case SH_OPTS_RUN:
         break;
     }
+    /* DST's mode and its new directories follow the umask (the agent sets
+     * the job's); read while no other thread runs */
+    r->o.umask_bits = (unsigned)umask(077);
+    umask((mode_t)r->o.umask_bits);
     sh_log_set_level(r->o.verbose >= 2 ? SH_LOG_DEBUG :
                      r->o.verbose == 1 ? SH_LOG_INFO : SH_LOG_WARN);
     {

@@ -12,7 +12,7 @@
 enum {
     OPT_CHECK = 256, OPT_VERIFY, OPT_HASH, OPT_SEGMENT, OPT_DEPTH,
     OPT_ALGORITHM, OPT_TIMEOUT, OPT_PROGRESS, OPT_JSON, OPT_SOURCE_RANK,
-    OPT_EXPECT_RANKS, OPT_STALL_TIMEOUT, OPT_READ_AHEAD,
+    OPT_EXPECT_RANKS, OPT_STALL_TIMEOUT, OPT_READ_AHEAD, OPT_DIR_MODE,
 };
 
 static const struct option long_opts[] = {
@@ -29,6 +29,7 @@ static const struct option long_opts[] = {
     { "expect-ranks", required_argument, NULL, OPT_EXPECT_RANKS },
     { "stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT },
     { "read-ahead", required_argument, NULL, OPT_READ_AHEAD },
+    { "dir-mode", required_argument, NULL, OPT_DIR_MODE },
     { "progress", no_argument, NULL, OPT_PROGRESS },
     { "json", no_argument, NULL, OPT_JSON },
     { "verbose", no_argument, NULL, 'v' },
@@ -78,6 +79,8 @@ void sh_bcast_usage(FILE *out)
 "      --source-rank=N      MPI rank that reads SRC (default 0)\n"
 "      --stall-timeout=DURATION  fail a transfer that moves no data for this\n"
 "                           long (default 60s; 0: off), naming the segment\n"
+"      --dir-mode=OCTAL     mode of the directories of DST's path created for\n"
+"                           it, minus the umask (default 0700: private)\n"
 "      --expect-ranks=N     refuse to run unless the MPI job has exactly N ranks\n"
 "                           (a launcher that wired up another job is an error)\n"
 "      --progress           show progress on stderr (a bar on a terminal)\n"
@@ -85,6 +88,9 @@ void sh_bcast_usage(FILE *out)
 "  -v, --verbose            more log output (repeat for debug)\n"
 "  -h, --help               this text\n"
 "  -V, --version            print the version\n"
+"\n"
+"DST gets SRC's permission bits minus the umask (never setuid, setgid or\n"
+"sticky), and no group bits unless its group can be SRC's.\n"
 "\n"
 "Exit status: 0 success (also when every copy was already current),\n"
 "1 internal or MPI error, 2 usage error, 3 source error (missing, unreadable,\n"
@@ -145,6 +151,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     o->timeout_ns = SH_BCAST_DEFAULT_TIMEOUT_NS;
     o->stall_ns = SH_BCAST_DEFAULT_STALL_NS;
     o->source_rank = 0;
+    o->dir_mode = 0700;
     err[0] = '\0';
 
     optind = 0;         /* glibc: full re-initialisation */
@@ -224,6 +231,11 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
             if (sh_parse_duration(optarg, &o->stall_ns) != 0)
                 return fail(err, errlen, "--stall-timeout=%s: expected a "
                             "duration (e.g. 60s; 0 turns the check off)", optarg);
+            break;
+        case OPT_DIR_MODE:
+            if (sh_parse_mode(optarg, &o->dir_mode) != 0 || (o->dir_mode & 0700) != 0700)
+                return fail(err, errlen, "--dir-mode=%s: expected octal permission "
+                            "bits from 0700 to 0777", optarg);
             break;
         case OPT_EXPECT_RANKS:
             if (parse_uint(optarg, (unsigned long)INT_MAX, &v) != 0 || v == 0)

@@ -40,6 +40,9 @@ struct sh_bcast_opts {
     int progress;
     int json;
     int verbose;                    /* count of --verbose */
+    unsigned dir_mode;              /* DST's missing parents (umask applies) */
+    unsigned umask_bits;            /* the process's umask, read at start-up:
+                                     * DST gets SRC's bits minus these */
 };
 
 enum sh_opts_result {

@@ -51,6 +51,7 @@
 #define SH_AGENT_IN_NODEID   "nodeid" /* this node's index in it (optional) */
 #define SH_AGENT_IN_LOCAL    "local"
 #define SH_AGENT_IN_LISTENER "listener" /* fd of the control-plane listener a sentinel bound */
+#define SH_AGENT_IN_UMASK    "umask"    /* the job's umask, octal; missing: SH_UMASK_DEFAULT */
 #define SH_AGENT_IN_END      "end"
 
 #define SH_AGENT_OUT_LOG     "log"

@@ -49,6 +49,9 @@
  *                 starts frees its nodes after this), 1s..1h
  * allow_shared_dst yes | no (allow DST on a network         no
  *                 filesystem; case F01)
+ * dest_dir_mode   mode of the directories of DST's path that   0700
+ *                 stagehand creates for the user (minus the
+ *                 job's umask), octal, 0700..0777 (issue 30)
  *
  * Booleans accept exactly "yes" and "no".
  */
@@ -91,6 +94,7 @@ struct sh_config {
     bool submit_check;
     bool verbose;
     bool allow_shared_dst;
+    unsigned dest_dir_mode;      /* permission bits, 07xx */
 };
 
 /* Fill @cfg with the defaults of the table above (allowed_dest empty,

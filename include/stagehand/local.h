@@ -30,12 +30,14 @@ enum sh_vote { SH_VOTE_CURRENT = 0, SH_VOTE_NEED = 1, SH_VOTE_ERROR = 2, SH_VOTE
 int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen);
 
 /* Encode the leader's answer about the source into @buf (@len bytes): "ok
- * <size> <mtime s> <ns> <ctime s> <ns>" when @ok, else "err <@err>". Returns
- * the length written (truncated to @len - 1). */
+ * <size> <mtime s> <ns> <ctime s> <ns> <mode, octal> <gid>" when @ok, else
+ * "err <@err>". Returns the length written (truncated to @len - 1). */
 int sh_src_encode(char *buf, size_t len, int ok, const struct sh_src_id *id, const char *err);
 
 /* Decode sh_src_encode's @len bytes at @data for source path @src into @id.
- * Returns 0, or -1 with the leader's error (or "malformed") in @err. */
+ * A record without mode and gid (an older leader) gives mode 0600, gid
+ * unknown. Returns 0, or -1 with the leader's error (or "malformed") in
+ * @err. */
 int sh_src_decode(const unsigned char *data, uint32_t len, const char *src,
                   struct sh_src_id *id, char *err, size_t errlen);
 
@@ -59,10 +61,14 @@ void sh_nearest_dir(const char *dst, char *out, size_t len);
 
 /* This node's vote for @dst of job user @uid given the source @id, by @cfg's
  * check mode: sh_dest_check_path, then DST's recorded metadata (stagehand/
- * meta.h; content checks are the engine's). @why gets "current", "needs a
- * copy" or the reason. Never SH_VOTE_SHARED (the caller's F01/F02 check). */
+ * meta.h; content checks are the engine's). A current DST whose mode allows
+ * more than a new copy's (sh_copy_mode of @id's mode, the job's umask
+ * @umask_bits) is chmod'ed to the stricter bits, or needs a copy when that
+ * fails. @why gets "current", "needs a copy" or the reason. Never
+ * SH_VOTE_SHARED (the caller's F01/F02 check). */
 enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *dst,
-                          const struct sh_src_id *id, char *why, size_t whylen);
+                          const struct sh_src_id *id, mode_t umask_bits, char *why,
+                          size_t whylen);
 
 /* Name of a staging's runtime directory under SH_RUNTIME_DIR: "<jobid>" for
  * the job prolog's (@stepid < 0), "<jobid>.<stepid>" for a job step's.

@@ -36,6 +36,9 @@ struct sh_src_id {
     uint64_t size;          /* bytes */
     struct sh_ts mtime;
     struct sh_ts ctime;     /* changes on every content write; users cannot set it */
+    /* Not part of the record: what a new copy's mode follows (issue 30). */
+    uint32_t mode;          /* permission bits (st_mode & 0777) */
+    uint32_t gid;           /* group; (uint32_t)-1 unknown */
 };
 
 struct sh_meta {
@@ -71,7 +74,7 @@ int sh_meta_sidecar_name(const char *name, char *out, size_t len);
 int sh_meta_store_fd(int fd, const struct sh_meta *m);
 
 /* Publish @m as the sidecar of @name in @dirfd (sh_publish_buffer, so it is
- * atomic and fsynced). Returns 0 or -1 with errno. */
+ * atomic and fsynced; mode 0600). Returns 0 or -1 with errno. */
 int sh_meta_store_sidecar(const struct sh_io_ops *io, int dirfd,
                           const char *name, const char *jobid,
                           const char *host, const struct sh_meta *m);

@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "stagehand/io.h"
@@ -39,24 +40,41 @@ int sh_publish_tmpname(const char *name, const char *jobid, const char *host,
                        pid_t pid, char *out, size_t len);
 
 /* Split absolute path @dst into its directory and basename, create missing
- * parent directories (mode 0755 minus umask, as the calling user) when
- * @create_parents, and open the directory (O_RDONLY|O_DIRECTORY|O_CLOEXEC).
+ * parent directories (mode @parent_mode minus the umask, as the calling
+ * user) unless @parent_mode is 0, and open the directory (O_RDONLY|
+ * O_DIRECTORY|O_CLOEXEC). Existing directories are left as they are.
  * Stores the dirfd (caller closes) and the basename (@namelen bytes).
  * Returns 0, or -1 with errno: EINVAL (not absolute, ends in '/', "." or
  * ".."), ENAMETOOLONG, or the errno of mkdir(2)/open(2) (EACCES, EROFS, ENOTDIR,
- * ENOENT when !create_parents). */
-int sh_publish_open_dir(const char *dst, int create_parents, int *dirfd,
+ * ENOENT when @parent_mode is 0). */
+int sh_publish_open_dir(const char *dst, mode_t parent_mode, int *dirfd,
                         char *name, size_t namelen);
 
+/* The permission bits of a copy of a file with mode @src_mode for a user
+ * whose umask is @umask_bits: SRC's rwx bits (never setuid, setgid or
+ * sticky) minus the umask, and no group bits unless @same_group (the copy's
+ * group is SRC's). A copy is never readable by anyone SRC keeps out
+ * (issue 30). Pure. */
+mode_t sh_copy_mode(mode_t src_mode, mode_t umask_bits, int same_group);
+
+/* An existing copy (open @fd, its fstat @st) whose permission bits allow more
+ * than @want (sh_copy_mode) is chmod'ed to the bits of both. Returns 0 (no
+ * change needed), 1 (tightened), or -1 with fchmod(2)'s errno (EPERM: not
+ * the owner). */
+int sh_publish_tighten(int fd, const struct stat *st, mode_t want);
+
 /* Create the temp file for @name in @dirfd and preallocate @size bytes.
- * @io may be NULL (real syscalls). @mode is the creation mode (umask
- * applies). On success @p owns the temp file. Returns 0, or -1 with errno:
+ * @io may be NULL (real syscalls). The file is created 0600 and gets
+ * exactly the permission bits @mode (no umask applied: the caller's
+ * sh_copy_mode) before any data; when @gid is not (gid_t)-1 it also gets
+ * group @gid, or, if the user cannot give it that group, no group bits.
+ * On success @p owns the temp file. Returns 0, or -1 with errno:
  * EEXIST/ELOOP (a file or symlink already has the temp name, case F17b),
  * ENOSPC/EDQUOT (fallocate: DST full, case F14), ENAMETOOLONG, or open(2)'s
- * errno; nothing is left behind on failure. */
+ * / fchmod(2)'s errno; nothing is left behind on failure. */
 int sh_publish_begin(struct sh_publish *p, const struct sh_io_ops *io,
                      int dirfd, const char *name, const char *jobid,
-                     const char *host, uint64_t size, mode_t mode);
+                     const char *host, uint64_t size, mode_t mode, gid_t gid);
 
 /* Write @len bytes at byte offset @off of the temp file (loop-until-done,
  * case F11). On failure the temp file is removed. Returns 0 or -1 with
@@ -83,7 +101,8 @@ void sh_publish_abort(struct sh_publish *p);
 void sh_publish_signal_cleanup(struct sh_publish *p);
 
 /* Write @len bytes of @buf as file @name in @dirfd with the whole sequence
- * above (used for the metadata sidecar). Returns 0 or -1 with errno. */
+ * above (used for the metadata sidecar), permission bits exactly @mode.
+ * Returns 0 or -1 with errno. */
 int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
                       const char *jobid, const char *host, const void *buf,
                       size_t len, mode_t mode);
@@ -129,5 +148,21 @@ int sh_publish_lock_owner(int dirfd, const char *name, char *out, size_t len);
 /* Name of the lock file for @name (".<name>.lock") into @out (@len bytes).
  * Returns 0 or -1 with errno = ENAMETOOLONG. */
 int sh_publish_lockname(const char *name, char *out, size_t len);
+
+/* The message for a lock file of another user that keeps the caller from
+ * locking its DST (issue 30 item 4): "lock file LOCKPATH belongs to OWNER
+ * (uid UID), not to you: strerror(@err) (its owner or an administrator must
+ * remove it)" into @out (@len bytes, truncated). @owner may be NULL (no
+ * user name for @uid). Pure. */
+void sh_publish_lock_foreign_text(char *out, size_t len, const char *lockpath,
+                                  const char *owner, uid_t uid, int err);
+
+/* After sh_publish_lock() failed with @err for @name in @dirfd (DST's full
+ * path @dst): when the lock file exists and belongs to another user, its
+ * message (sh_publish_lock_foreign_text, the owner's name from the user
+ * database) into @out and 0. Returns -1 otherwise (errno from fstatat(2),
+ * or EPERM when the lock file is the caller's own). */
+int sh_publish_lock_foreign(int dirfd, const char *name, const char *dst, int err,
+                            char *out, size_t len);
 
 #endif

@@ -15,6 +15,11 @@ int sh_parse_size(const char *text, uint64_t *out);
  * not digits) or ERANGE (overflow of uint64_t). */
 int sh_parse_u64(const char *text, uint64_t *out);
 
+/* Parse permission bits written in octal ("0700", "755", "077"): 1 to 4
+ * octal digits, at most 0777 (no setuid, setgid or sticky bit). Returns 0,
+ * or -1 with errno = EINVAL (not octal digits) or ERANGE (above 0777). */
+int sh_parse_mode(const char *text, unsigned *out);
+
 /* Parse a duration: integer with optional suffix ms, s, m, h (default s).
  * Stores nanoseconds in *out_ns. Returns 0, or -1 with errno = EINVAL/ERANGE. */
 int sh_parse_duration(const char *text, uint64_t *out_ns);

@@ -75,6 +75,13 @@
  * another version refuses the job with a clear message (case F26). */
 #define SH_VERSION_ENV "STAGEHAND_VERSION"
 #define SH_STEP_VERSION_ENV "STAGEHAND_STEP_VERSION"
+/* The submitting command's umask, octal ("0077"), next to the spec (job:
+ * SPANK_ prefix in the prolog; step: in the step's environment). A staged
+ * copy gets SRC's permission bits minus it; when it is missing (an older
+ * submitting side) SH_UMASK_DEFAULT applies (issue 30). */
+#define SH_UMASK_ENV "STAGEHAND_UMASK"
+#define SH_STEP_UMASK_ENV "STAGEHAND_STEP_UMASK"
+#define SH_UMASK_DEFAULT 077
 /* Set to "1" next to the spec when the user asked for --stage-verbose. */
 #define SH_VERBOSE_ENV "STAGEHAND_VERBOSE"
 #define SH_VERBOSE_PROLOG_ENV "SPANK_" SH_VERBOSE_ENV

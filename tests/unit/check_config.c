@@ -90,6 +90,7 @@ START_TEST(every_key)
         "submit_check=no",
         "verbose=yes",
         "allow_shared_dst=yes",
+        "dest_dir_mode=0755",
     };
     struct sh_config cfg;
     char err[512] = "", dir[PATH_MAX];
@@ -394,6 +395,38 @@ START_TEST(read_ahead_and_depth)
 }
 END_TEST
 
+/* issue 30: the directories made for DST are private unless the site says */
+START_TEST(dest_dir_mode_key)
+{
+    struct sh_config cfg;
+    char err[512] = "";
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", NULL, NULL), 0);
+    ck_assert_uint_eq(cfg.dest_dir_mode, 0700);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "dest_dir_mode=750",
+                           NULL), 0);
+    ck_assert_uint_eq(cfg.dest_dir_mode, 0750);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "dest_dir_mode=0777", NULL), 0);
+    ck_assert_uint_eq(cfg.dest_dir_mode, 0777);
+    /* not octal, special bits, an owner without rwx */
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "dest_dir_mode=0789", NULL), -1);
+    ck_assert_ptr_nonnull(strstr(err, "dest_dir_mode=0789: expected permission bits in "
+                                      "octal"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "dest_dir_mode=1777", NULL), -1);
+    ck_assert_ptr_nonnull(strstr(err, "no setuid, setgid or sticky bit"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "dest_dir_mode=0500", NULL), -1);
+    ck_assert_ptr_nonnull(strstr(err, "the owner needs rwx"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "dest_dir_mode=",
+                           NULL), -1);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "dest_dir_mode=rwx", NULL), -1);
+}
+END_TEST
+
 static Suite *config_suite(void)
 {
     Suite *s = suite_create("config");
@@ -408,6 +441,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, dest_policy);
     tcase_add_test(tc, default_dir);
     tcase_add_test(tc, read_ahead_and_depth);
+    tcase_add_test(tc, dest_dir_mode_key);
     suite_add_tcase(s, tc);
     return s;
 }

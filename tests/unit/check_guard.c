@@ -40,7 +40,7 @@ static void setup(void)
 static void start_publish(void)
 {
     ck_assert_int_eq(sh_publish_begin(&sh_guard_pub, NULL, dirfd_, "img", "1", "n1",
-                                      4096, 0644), 0);
+                                      4096, 0644, (gid_t)-1), 0);
     ck_assert(sh_guard_pub.tmp_live);
     ck_assert_int_eq(faccessat(dirfd_, sh_guard_pub.tmpname, F_OK, 0), 0);
 }

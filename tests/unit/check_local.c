@@ -204,6 +204,21 @@ START_TEST(source_probe_and_wire_form)
     ck_assert_uint_eq(back.mtime.nsec, id.mtime.nsec);
     ck_assert_uint_eq(back.ctime.nsec, id.ctime.nsec);
     ck_assert_str_eq(back.path, src);
+    /* SRC's mode and group travel too (issue 30) */
+    ck_assert_int_eq(chmod(src, 0640), 0);
+    ck_assert_int_eq(sh_src_probe(src, &id, err, sizeof(err)), 0);
+    ck_assert_uint_eq(id.mode, 0640);
+    n = sh_src_encode(buf, sizeof(buf), 1, &id, NULL);
+    ck_assert_int_eq(sh_src_decode((const unsigned char *)buf, (uint32_t)n, src, &back, err,
+                                   sizeof(err)), 0);
+    ck_assert_uint_eq(back.mode, 0640);
+    ck_assert_uint_eq(back.gid, getgid());
+    /* a leader of an older version: private copies */
+    ck_assert_int_eq(sh_src_decode((const unsigned char *)"ok 10 1 2 3 4", 13, src, &back,
+                                   err, sizeof(err)), 0);
+    ck_assert_uint_eq(back.size, 10);
+    ck_assert_uint_eq(back.mode, 0600);
+    ck_assert_uint_eq(back.gid, (uint32_t)-1);
 
     /* the leader's error travels as text and comes back as the error */
     n = sh_src_encode(buf, sizeof(buf), 0, NULL, "source /x: Permission denied");
@@ -229,41 +244,60 @@ START_TEST(vote_from_recorded_metadata)
     ck_assert_int_eq(sh_src_probe(src, &id, err, sizeof(err)), 0);
 
     /* no DST yet */
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, 022, why, sizeof(why)), SH_VOTE_NEED);
     ck_assert_str_eq(why, "needs a copy");
     /* a DST without a record: not trusted */
     write_file(dst, "image-v1");
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, 022, why, sizeof(why)), SH_VOTE_NEED);
     /* a recorded copy of this very source */
     record_copy(root, "img.sqsh", &id);
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)),
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, 022, why, sizeof(why)),
                      SH_VOTE_CURRENT);
     ck_assert_str_eq(why, "current");
+    /* issue 30: a current copy looser than SRC (0644 from an older version,
+     * SRC now 0600) is made private, and stays current */
+    {
+        struct stat sb;
+        struct sh_src_id priv = id;
+
+        ck_assert_int_eq(chmod(dst, 0644), 0);
+        priv.mode = 0600;
+        ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &priv, 022, why, sizeof(why)),
+                         SH_VOTE_CURRENT);
+        ck_assert_int_eq(stat(dst, &sb), 0);
+        ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+        /* SRC 0640, umask 077: 0600 as well; never loosened back */
+        priv.mode = 0640;
+        ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &priv, 077, why, sizeof(why)),
+                         SH_VOTE_CURRENT);
+        ck_assert_int_eq(stat(dst, &sb), 0);
+        ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+    }
     /* the source changed since (another ctime): needs a copy */
     other = id;
     other.ctime.nsec = (other.ctime.nsec + 1) % 1000000000U;
     other.ctime.sec++;
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &other, why, sizeof(why)),
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &other, 022, why, sizeof(why)),
                      SH_VOTE_NEED);
     /* DST owned by another user: never trusted (root is only allowed) */
     if (getuid() == 0) {
         ck_assert_int_eq(chown(dst, 4242, 4242), 0);
-        ck_assert_int_eq(sh_dest_vote(&cfg, 0, dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+        ck_assert_int_eq(sh_dest_vote(&cfg, 0, dst, &id, 022, why, sizeof(why)), SH_VOTE_NEED);
         ck_assert_int_eq(chown(dst, 0, 0), 0);
     }
     /* check=content and check=never leave the decision to the engine */
     config_for(&cfg, root, "content");
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, 022, why, sizeof(why)), SH_VOTE_NEED);
     config_for(&cfg, root, "never");
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_NEED);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, 022, why, sizeof(why)), SH_VOTE_NEED);
 
     /* DST's place: a directory, or a path outside the allowed root */
     config_for(&cfg, root, "meta");
     snprintf(dst, sizeof(dst), "%s/adir", root);
     ck_assert_int_eq(mkdir(dst, 0700), 0);
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, why, sizeof(why)), SH_VOTE_ERROR);
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), dst, &id, 022, why, sizeof(why)), SH_VOTE_ERROR);
     ck_assert_ptr_nonnull(strstr(why, "is a directory"));
-    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), "/etc/img.sqsh", &id, why, sizeof(why)),
+    ck_assert_int_eq(sh_dest_vote(&cfg, getuid(), "/etc/img.sqsh", &id, 022, why, sizeof(why)),
                      SH_VOTE_ERROR);
     ck_assert_ptr_nonnull(strstr(why, "is not under an allowed directory"));
 }

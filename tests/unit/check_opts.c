@@ -131,6 +131,9 @@ START_TEST(bad_values)
     rejects("--pipeline-depth=0", "--pipeline-depth=0", (const char *)0);
     rejects("--pipeline-depth=65", "--pipeline-depth=65", (const char *)0);
     rejects("--pipeline-depth=2x", "--pipeline-depth=2x", (const char *)0);
+    rejects("--dir-mode=0600", "--dir-mode=0600", (const char *)0);
+    rejects("--dir-mode=2755", "--dir-mode=2755", (const char *)0);
+    rejects("--dir-mode=x", "--dir-mode=x", (const char *)0);
     rejects("--read-ahead=0", "--read-ahead=0", (const char *)0);
     rejects("--read-ahead=65", "--read-ahead=65", (const char *)0);
     rejects("--read-ahead=3: must not exceed the pipeline depth (2)", "--read-ahead=3",

@@ -154,7 +154,7 @@ static int publish_string(const char *name, const char *content)
     struct sh_publish p;
     size_t len = strlen(content);
 
-    if (sh_publish_begin(&p, &ops, dirfd_, name, "42", "n1", len, 0644) != 0)
+    if (sh_publish_begin(&p, &ops, dirfd_, name, "42", "n1", len, 0644, (gid_t)-1) != 0)
         return -1;
     if (sh_publish_write(&p, content, len, 0) != 0 || sh_publish_sync(&p) != 0)
         return -1;
@@ -167,7 +167,7 @@ START_TEST(publish_ok)
     struct stat st;
 
     ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "img.sqsh", "42", "n1",
-                                      5, 0644), 0);
+                                      5, 0644, (gid_t)-1), 0);
     {
         char expect[NAME_MAX + 1];
 
@@ -204,7 +204,7 @@ START_TEST(fallocate_enospc_early)
 
     inj.fallocate_err = ENOSPC;
     ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "img", "42", "n1",
-                                      1 << 20, 0644), -1);
+                                      1 << 20, 0644, (gid_t)-1), -1);
     ck_assert_int_eq(errno, ENOSPC);
     ck_assert_int_eq(entries(NULL), 0);
 }
@@ -244,7 +244,7 @@ START_TEST(write_error_removes_temp)
     inj.pwrite_err = ENOSPC;
     inj.pwrite_err_at = 3;
     ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "img", "42", "n1", 10,
-                                      0644), 0);
+                                      0644, (gid_t)-1), 0);
     ck_assert_int_eq(sh_publish_write(&p, "0123456789", 10, 0), -1);
     ck_assert_int_eq(errno, ENOSPC);
     ck_assert_int_eq(entries(NULL), 1);
@@ -311,7 +311,7 @@ START_TEST(planted_symlink_refused)
     write_file("victim", "precious");
     ck_assert_int_eq(symlinkat(target, dirfd_, tmp), 0);
     ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "img", "42", "n1", 4,
-                                      0644), -1);
+                                      0644, (gid_t)-1), -1);
     ck_assert(errno == EEXIST || errno == ELOOP);
     assert_content("victim", "precious");
     /* the planted link is not ours to remove */
@@ -404,7 +404,7 @@ START_TEST(lock_owner_from_temp)
 
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), -1);
     ck_assert_int_eq(errno, ENODATA);
-    ck_assert_int_eq(sh_publish_begin(&p, NULL, dirfd_, "img", "57", "node-a", 4096, 0644), 0);
+    ck_assert_int_eq(sh_publish_begin(&p, NULL, dirfd_, "img", "57", "node-a", 4096, 0644, (gid_t)-1), 0);
     ck_assert_int_eq(sh_publish_lock_owner(dirfd_, "img", owner, sizeof(owner)), 0);
     ck_assert_str_eq(owner, "job 57 on node-a");
     /* another DST's temp is not this one's holder */
@@ -491,14 +491,14 @@ START_TEST(open_dir_creates_parents)
     snprintf(dst, sizeof(dst), "%s/a/b/c/img.sqsh", dir);
     ck_assert_int_eq(sh_publish_open_dir(dst, 0, &fd, name, sizeof(name)), -1);
     ck_assert_int_eq(errno, ENOENT);
-    ck_assert_int_eq(sh_publish_open_dir(dst, 1, &fd, name, sizeof(name)), 0);
+    ck_assert_int_eq(sh_publish_open_dir(dst, 0755, &fd, name, sizeof(name)), 0);
     ck_assert_str_eq(name, "img.sqsh");
     close(fd);
-    ck_assert_int_eq(sh_publish_open_dir("relative/img", 1, &fd, name,
+    ck_assert_int_eq(sh_publish_open_dir("relative/img", 0755, &fd, name,
                                          sizeof(name)), -1);
     ck_assert_int_eq(errno, EINVAL);
     snprintf(dst, sizeof(dst), "%s/a/", dir);
-    ck_assert_int_eq(sh_publish_open_dir(dst, 1, &fd, name, sizeof(name)), -1);
+    ck_assert_int_eq(sh_publish_open_dir(dst, 0755, &fd, name, sizeof(name)), -1);
     ck_assert_int_eq(errno, EINVAL);
     /* cleanup for teardown */
     snprintf(dst, sizeof(dst), "%s/a/b/c", dir);
@@ -515,7 +515,7 @@ START_TEST(signal_cleanup_unlinks)
     struct sh_publish p;
 
     ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "img", "42", "n1", 4,
-                                      0644), 0);
+                                      0644, (gid_t)-1), 0);
     ck_assert_int_eq(entries(NULL), 1);
     sh_publish_signal_cleanup(&p);      /* case F06: SIGTERM handler path */
     ck_assert_int_eq(entries(NULL), 0);
@@ -533,6 +533,154 @@ START_TEST(publish_buffer_and_empty)
                                        0600), 0);
     assert_content("empty", "");
     ck_assert_int_eq(entries(NULL), 2);
+}
+END_TEST
+
+/* issue 30: a copy's mode follows SRC's minus the umask, never looser */
+START_TEST(copy_mode_follows_source)
+{
+    ck_assert_uint_eq(sh_copy_mode(0600, 077, 1), 0600);
+    ck_assert_uint_eq(sh_copy_mode(0644, 077, 1), 0600);
+    ck_assert_uint_eq(sh_copy_mode(0640, 022, 1), 0640);
+    ck_assert_uint_eq(sh_copy_mode(0644, 022, 1), 0644);
+    ck_assert_uint_eq(sh_copy_mode(0755, 027, 1), 0750);
+    /* never setuid, setgid or sticky; the file type goes too */
+    ck_assert_uint_eq(sh_copy_mode(S_IFREG | 04755, 022, 1), 0755);
+    ck_assert_uint_eq(sh_copy_mode(07777, 0, 1), 0777);
+    /* a copy whose group is not SRC's gets no group bits */
+    ck_assert_uint_eq(sh_copy_mode(0640, 022, 0), 0600);
+    ck_assert_uint_eq(sh_copy_mode(0664, 002, 0), 0604);
+}
+END_TEST
+
+START_TEST(begin_sets_exact_mode)
+{
+    struct sh_publish p;
+    struct stat st;
+    mode_t old = umask(0);
+
+    /* the umask neither loosens nor changes the requested bits */
+    ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "m1", "42", "n1", 4, 0640,
+                                      (gid_t)-1), 0);
+    ck_assert_int_eq(fstat(p.fd, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0640);
+    ck_assert_int_eq(sh_publish_write(&p, "abcd", 4, 0), 0);
+    ck_assert_int_eq(sh_publish_sync(&p), 0);
+    ck_assert_int_eq(sh_publish_commit(&p), 0);
+    ck_assert_int_eq(fstatat(dirfd_, "m1", &st, 0), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0640);
+    umask(077);
+    ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "m2", "42", "n1", 4, 0444,
+                                      getgid()), 0);
+    ck_assert_int_eq(fstat(p.fd, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0444);
+    /* still writable through its descriptor */
+    ck_assert_int_eq(sh_publish_write(&p, "abcd", 4, 0), 0);
+    sh_publish_abort(&p);
+    /* a group the user cannot give it: no group bits */
+    if (getuid() != 0) {
+        ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "m3", "42", "n1", 4, 0640,
+                                          (gid_t)4242), 0);
+        ck_assert_int_eq(fstat(p.fd, &st), 0);
+        ck_assert_uint_eq(st.st_mode & 07777, 0600);
+        sh_publish_abort(&p);
+    }
+    umask(old);
+}
+END_TEST
+
+START_TEST(tighten_existing_copy)
+{
+    struct stat st;
+    int fd = openat(dirfd_, "old", O_RDWR | O_CREAT | O_EXCL, 0600);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fchmod(fd, 0644), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    /* 0644 from an older version, SRC 0600: made 0600 */
+    ck_assert_int_eq(sh_publish_tighten(fd, &st, 0600), 1);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0600);
+    /* stricter than needed already: left alone, never loosened */
+    ck_assert_int_eq(fchmod(fd, 0400), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq(sh_publish_tighten(fd, &st, 0644), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0400);
+    /* only the bits both allow */
+    ck_assert_int_eq(fchmod(fd, 0664), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq(sh_publish_tighten(fd, &st, 0640), 1);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0640);
+    close(fd);
+}
+END_TEST
+
+START_TEST(open_dir_parent_mode)
+{
+    char dst[PATH_MAX], sub[PATH_MAX], name[NAME_MAX + 1];
+    struct stat st;
+    mode_t old = umask(022);
+    int fd;
+
+    snprintf(dst, sizeof(dst), "%s/p1/p2/img", dir);
+    ck_assert_int_eq(sh_publish_open_dir(dst, 0700, &fd, name, sizeof(name)), 0);
+    close(fd);
+    snprintf(sub, sizeof(sub), "%s/p1", dir);
+    ck_assert_int_eq(stat(sub, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0700);
+    snprintf(sub, sizeof(sub), "%s/p1/p2", dir);
+    ck_assert_int_eq(stat(sub, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0700);
+    ck_assert_int_eq(rmdir(sub), 0);
+    snprintf(sub, sizeof(sub), "%s/p1", dir);
+    ck_assert_int_eq(rmdir(sub), 0);
+    /* a site's 0755 minus the job's umask */
+    umask(027);
+    snprintf(dst, sizeof(dst), "%s/q1/img", dir);
+    ck_assert_int_eq(sh_publish_open_dir(dst, 0755, &fd, name, sizeof(name)), 0);
+    close(fd);
+    snprintf(sub, sizeof(sub), "%s/q1", dir);
+    ck_assert_int_eq(stat(sub, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 07777, 0750);
+    ck_assert_int_eq(rmdir(sub), 0);
+    umask(old);
+}
+END_TEST
+
+/* issue 30 item 4: another user's file under the lock's name */
+START_TEST(lock_of_another_user_named)
+{
+    char msg[512];
+    int fd;
+
+    sh_publish_lock_foreign_text(msg, sizeof(msg), "/nvme/.vimg.lock", "shother", 1002,
+                                 EACCES);
+    ck_assert_str_eq(msg, "lock file /nvme/.vimg.lock belongs to shother (uid 1002), not "
+                     "to you: Permission denied (its owner or an administrator must "
+                     "remove it)");
+    sh_publish_lock_foreign_text(msg, sizeof(msg), "/nvme/.x.lock", NULL, 4242, EPERM);
+    ck_assert_ptr_nonnull(strstr(msg, "belongs to an unknown user (uid 4242)"));
+    /* truncated, never overflowing */
+    sh_publish_lock_foreign_text(msg, 20, "/nvme/.vimg.lock", "shother", 1002, EACCES);
+    ck_assert_uint_eq(strlen(msg), 19);
+    /* no lock file, or the caller's own: not that case */
+    ck_assert_int_eq(sh_publish_lock_foreign(dirfd_, "none", "/x/none", EACCES, msg,
+                                             sizeof(msg)), -1);
+    fd = openat(dirfd_, ".mine.lock", O_RDWR | O_CREAT | O_EXCL, 0644);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(sh_publish_lock_foreign(dirfd_, "mine", "/x/mine", EACCES, msg,
+                                             sizeof(msg)), -1);
+    ck_assert_int_eq(errno, EPERM);
+    if (getuid() == 0) {
+        ck_assert_int_eq(fchownat(dirfd_, ".mine.lock", 4242, 4242, 0), 0);
+        ck_assert_int_eq(sh_publish_lock_foreign(dirfd_, "mine", "/x/mine", EACCES, msg,
+                                                 sizeof(msg)), 0);
+        ck_assert_ptr_nonnull(strstr(msg, "lock file /x/.mine.lock belongs to "));
+        ck_assert_ptr_nonnull(strstr(msg, "(uid 4242), not to you: Permission denied"));
+    }
 }
 END_TEST
 
@@ -560,6 +708,11 @@ int main(void)
     tcase_add_test(tc, open_dir_creates_parents);
     tcase_add_test(tc, signal_cleanup_unlinks);
     tcase_add_test(tc, publish_buffer_and_empty);
+    tcase_add_test(tc, copy_mode_follows_source);
+    tcase_add_test(tc, begin_sets_exact_mode);
+    tcase_add_test(tc, tighten_existing_copy);
+    tcase_add_test(tc, open_dir_parent_mode);
+    tcase_add_test(tc, lock_of_another_user_named);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }

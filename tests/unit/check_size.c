@@ -88,6 +88,31 @@ START_TEST(u64_plain_decimal)
 }
 END_TEST
 
+START_TEST(octal_modes)
+{
+    unsigned m = 1;
+
+    ck_assert_int_eq(sh_parse_mode("0700", &m), 0);
+    ck_assert_uint_eq(m, 0700);
+    ck_assert_int_eq(sh_parse_mode("755", &m), 0);
+    ck_assert_uint_eq(m, 0755);
+    ck_assert_int_eq(sh_parse_mode("077", &m), 0);
+    ck_assert_uint_eq(m, 077);
+    ck_assert_int_eq(sh_parse_mode("0", &m), 0);
+    ck_assert_uint_eq(m, 0);
+    m = 5;
+    ck_assert_int_eq(sh_parse_mode("4755", &m), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_int_eq(sh_parse_mode("0800", &m), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_mode("", &m), -1);
+    ck_assert_int_eq(sh_parse_mode("00700", &m), -1);
+    ck_assert_int_eq(sh_parse_mode("-1", &m), -1);
+    ck_assert_int_eq(sh_parse_mode(" 700", &m), -1);
+    ck_assert_uint_eq(m, 5); /* untouched on failure */
+}
+END_TEST
+
 static Suite *size_suite(void)
 {
     Suite *s = suite_create("size");
@@ -97,6 +122,7 @@ static Suite *size_suite(void)
     tcase_add_test(tc, size_rejects);
     tcase_add_test(tc, duration_units);
     tcase_add_test(tc, u64_plain_decimal);
+    tcase_add_test(tc, octal_modes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Issue 30 item 4 (security): a lock file planted by another user. The
+# attacker ($MINICLUSTER_OTHER_USER) creates /nvme/.<name>.lock (mode 0644,
+# its own) on the nodes before the victim ($MINICLUSTER_USER) stages to
+# /nvme/<name>. The victim cannot take the lock: the job fails with a message
+# naming the lock file's full path and its owner (user name and uid), not a
+# misleading "cannot write in the directory"; nothing is left under DST's
+# name (no DST, no temp file); the planted file is left alone. Once under
+# on_node_fault=fail (the default) and once under on_node_fault=drain: a
+# user's doing drains no node.
+# shellcheck source=tests/cluster/lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=tests/cluster/faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+other=$MINICLUSTER_OTHER_USER
+ouid=$(id -u "$other" 2>/dev/null) || skip "no second user $other on this cluster"
+tok=slock$$
+tag=sec-lock.$$
+src=/shared/$tok.img
+out=/shared/$tok.out
+dst=/nvme/$tok
+lock=/nvme/.$tok.lock
+plug=$MINICLUSTER_STATE/etc/plugstack.conf
+saved=$(mktemp)
+cp -p "$plug" "$saved"
+changed=""
+restart_all() {
+    local n
+    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
+}
+cleanup() {
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    if [ -n "$changed" ]; then
+        cp -p "$saved" "$plug"
+        restart_all
+    fi
+    rm -f "$saved" "$src" "$out"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst" "$lock"; done
+}
+trap cleanup EXIT
+
+make_user_file "$src" 2 || fail "cannot create $src"
+for n in $MINICLUSTER_NODES; do
+    on_node_as_other "$n" sh -c "umask 022 && : >'$lock'" || fail "$n: the attacker cannot plant $lock"
+    [ "$(on_node "$n" stat -c '%U %a' "$lock")" = "$other 644" ] || fail "$n: $lock: $(on_node "$n" stat -c '%U %a' "$lock")"
+done
+
+# one attack: the job fails naming the lock file and its owner; nothing left
+attempt() {
+    local what=$1 jid st n
+    jid=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+              --wrap 'echo script-ran') || fail "$what: sbatch: $jid"
+    st=$(wait_job_end "$jid" 120)
+    [ "$st" = FAILED ] || fail "$what: job ended $st: $(cat "$out")"
+    ! grep -q script-ran "$out" || fail "$what: the job script ran"
+    grep -q "lock file $lock belongs to $other (uid $ouid), not to you" "$out" ||
+        fail "$what: the message does not name $lock and its owner $other (uid $ouid): $(cat "$out")"
+    for n in $MINICLUSTER_NODES; do
+        on_node "$n" test ! -e "$dst" || fail "$what: $n: $dst exists after the failure"
+        [ "$(on_node "$n" stat -c '%U %a' "$lock")" = "$other 644" ] || fail "$what: $n: the planted lock changed"
+    done
+    assert_no_temp_files "$dst"
+    grep -m1 'lock file' "$out"
+}
+
+msg=$(attempt "(a)") || { echo "$msg"; exit 1; }
+echo "ok: (a) planted lock: job failed, message: $msg"
+assert_no_drain
+
+grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
+sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
+grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
+changed=1
+restart_all || fail "cannot restart the slurmds"
+msg=$(attempt "(b)") || { echo "$msg"; exit 1; }
+assert_no_drain
+echo "ok: (b) under on_node_fault=drain: job failed naming the lock and its owner, no node drained"
