@@ -676,6 +676,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
                  sh_plugin.config_error);
         goto record;
     }
+    sh_plugin_check_ports(cfg);
     /* case F26: the submitting side and this node must run one version. */
     if (job->submit_version != NULL && job->submit_version[0] != '\0' &&
         strcmp(job->submit_version, SH_VERSION) != 0) {

@@ -44,7 +44,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     case S_CTX_SLURMD:
         log_versions(sp);
         /* Log a bad plugstack.conf where admins look; never fail slurmd. */
-        sh_plugin_load_config(ac, av);
+        sh_plugin_check_ports(sh_plugin_load_config(ac, av));
         return 0;
     default:
         return 0;

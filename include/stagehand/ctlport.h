@@ -8,6 +8,15 @@
 
 #include <stdint.h>
 
+/* The default range, [300, 500): privileged ports (below the kernel's
+ * ip_unprivileged_port_start, 1024 unless the site lowered it), which only
+ * root (CAP_NET_BIND_SERVICE) can bind, so no user's process can take a job's
+ * port; and below 600, where glibc's bindresvport(3) (600-1023) and the
+ * kernel's NFS client (665-1023 by default) take reserved ports. Probing
+ * skips a port a root service holds. */
+#define SH_CTL_PORT_BASE_DEFAULT  300u
+#define SH_CTL_PORT_RANGE_DEFAULT 200u
+
 /* Ports probed upward from the derived one unless configured otherwise:
  * sh_ctl_default_probe. */
 #define SH_CTL_PROBE_MAX 64u
@@ -33,5 +42,16 @@ uint16_t sh_ctl_probe_port(uint64_t jobid, uint64_t stepid, uint16_t base,
  * socket(2), bind(2) or listen(2). */
 int sh_ctl_bind(const char *bind_addr, uint64_t jobid, uint64_t stepid, uint16_t base,
                 uint16_t range, uint32_t probe, int backlog, uint16_t *port);
+
+/* The first port unprivileged processes may bind in this network namespace
+ * (/proc/sys/net/ipv4/ip_unprivileged_port_start). Returns it, or -1 with
+ * errno when it cannot be read (then 1024 is the kernel's fixed rule). */
+int sh_ctl_unprivileged_port_start(void);
+
+/* Does [@base, @base+@range) reach ports any user can bind? Then *@start is
+ * the first of them (sh_ctl_unprivileged_port_start, or 1024 when it cannot
+ * be read) and the site's range must be moved below it: a user's process
+ * could hold a job's ports. */
+int sh_ctl_range_unprivileged(uint16_t base, uint16_t range, int *start);
 
 #endif
