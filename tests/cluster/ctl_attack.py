@@ -20,6 +20,7 @@ The handshake layout follows core/agent/handshake.c: header magic "SHHS"
 proof; PROOF = header + 32-byte proof. The prolog's tree uses step id
 0xfffffffe."""
 import os
+import resource
 import socket
 import struct
 import sys
@@ -93,6 +94,8 @@ def wake(host, jobid, base, rng, frm, to):
 def hog(ready, stop, ranges):
     """Bind every port of RANGES on 0.0.0.0 and [::] (v6-only) and listen."""
     held, counts = [], {}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     for r in ranges:
         base, count = (int(x) for x in r.split(":"))
         for port in range(base, base + count):
