@@ -106,9 +106,10 @@ round() {
     [ "$st" = COMPLETED ] || fail "$what: job $id ended $st: $(cat "$out")"
 
     # a legitimate wake-up: the target is stale, its agent wakes the others
+    # (a step on every node: the batch node is current and would not wait)
     on_node "$target" rm -rf "/nvme/$tok"
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
-             --wrap 'echo script-ran') || fail "$what: sbatch"
+             --wrap "srun -N$k true && echo script-ran") || fail "$what: sbatch"
     st=$(wait_job_end "$id" 120)
     [ "$st" = COMPLETED ] || fail "$what: the staging to stale $target (job $id) ended $st: $(cat "$out")"
     grep -q script-ran "$out" || fail "$what: the script did not run: $(cat "$out")"
