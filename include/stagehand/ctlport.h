@@ -2,7 +2,16 @@
  * derived from its job and step id within the site's range, probing upward
  * past ports that are taken. Shared by the agent (ctl.c) and the plugin's
  * sentinel (spank/prolog.c), which binds the port for its agent; needs no
- * libcrypto. */
+ * libcrypto.
+ *
+ * Why no user can deny a job its control plane (issue 30 item 2): the range
+ * is privileged (below ip_unprivileged_port_start), so only processes with
+ * CAP_NET_BIND_SERVICE can bind a port of it: the sentinel (root) and the
+ * agent (which keeps that one capability after dropping to the job user, and
+ * cannot be ptraced by that user for it). Every port a job's probing finds
+ * taken is therefore held by root (another job's agent or sentinel, or a
+ * site service), which a user cannot arrange; a user's process can only
+ * connect, and a connection proves nothing without K_job (handshake.h). */
 #ifndef STAGEHAND_CTLPORT_H
 #define STAGEHAND_CTLPORT_H
 
