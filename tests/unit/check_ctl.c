@@ -550,6 +550,39 @@ START_TEST(tree_port_taken)
 }
 END_TEST
 
+/* Issue 30 item 7: the wake-up is a handshake as the parent, so a poke walks
+ * past ports that accept but are not the child's agent: listeners that never
+ * answer (each costs SH_CTL_WAKE_TIMEOUT) and, all nodes being on 127.0.0.1
+ * here, the other sentinel's agent, which refuses a wake-up meant for
+ * another node. A chain 0 -> 1 -> 2 of which 1 and 2 are sentinels. (The
+ * listeners' queues must not fill up: a connect that times out ends a poke's
+ * walk, as for a host that is down.) */
+START_TEST(tree_sentinels_port_taken)
+{
+    struct tree t = { .n = 3, .k = 1, .jobid = (uint64_t)getpid() * 100 + 14,
+                      .absent = -1, .keyless = -1, .sentinels = 1u << 1 | 1u << 2,
+                      .hs_timeout = 200 * SH_NS_PER_MS };
+    int fds[3];
+    uint16_t first;
+
+    t.port_base = test_port(14);
+    first = sh_ctl_derive_port(t.jobid, 0, t.port_base, 48);
+    for (int x = 0; x < 3; x++) {
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)(t.port_base +
+                                      (first - t.port_base + x) % 48)) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[x] = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fds[x], 0);
+        if (bind(fds[x], (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            ck_assert_int_eq(listen(fds[x], 128), 0);
+    }
+    run_tree(&t);
+    for (int x = 0; x < 3; x++)
+        close(fds[x]);
+}
+END_TEST
+
 /* The retry delay grows with the time waited, between its bounds. */
 START_TEST(retry_delay)
 {
@@ -764,6 +797,7 @@ int main(void)
     tcase_add_test(tc, adopt_listener_checked);
     tcase_add_test(tc, wake_parent_accepted);
     tcase_add_test(tc, wake_forged_refused);
+    tcase_add_test(tc, tree_sentinels_port_taken);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }
