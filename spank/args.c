@@ -7,6 +7,7 @@
 #include <slurm/spank.h>
 
 #include "internal.h"
+#include "stagehand/ctlport.h"
 #include "stagehand/log.h"
 
 struct sh_plugin_state sh_plugin;
@@ -77,6 +78,18 @@ const struct sh_config *sh_plugin_load_config(int ac, char **av)
         }
     }
     return sh_plugin.config_ok ? &sh_plugin.config : NULL;
+}
+
+void sh_plugin_check_ports(const struct sh_config *cfg)
+{
+    int start = 0;
+
+    if (cfg != NULL && sh_ctl_range_unprivileged(cfg->port_base, cfg->port_range, &start))
+        slurm_error("stagehand: control-plane ports %u-%u reach ports unprivileged users "
+                    "can bind (net.ipv4.ip_unprivileged_port_start = %d on this node): a "
+                    "user's process can hold a job's port and fail its staging; move "
+                    "port_base/port_range below %d in plugstack.conf (stagehand.8)",
+                    cfg->port_base, cfg->port_base + cfg->port_range - 1, start, start);
 }
 
 int sh_args_register(spank_t sp, int ac, char **av)

@@ -73,6 +73,10 @@ extern struct sh_plugin_state sh_plugin;
  * (DESIGN.md §3). Returns &sh_plugin.config when the config is usable, else
  * NULL. */
 const struct sh_config *sh_plugin_load_config(int ac, char **av);
+/* Log an error for the admin when @cfg's control-plane port range reaches
+ * ports unprivileged users can bind in this network namespace
+ * (sh_ctl_range_unprivileged): at slurmd start and at each staging. */
+void sh_plugin_check_ports(const struct sh_config *cfg);
 
 /* slurm_spank_init in allocator, local and remote context: load the config
  * and register --stage-image and --stage-verbose. Returns 0 or -1. */

@@ -551,8 +551,12 @@ static int lock_job_staging(uint32_t jobid, const char *status_path, bool *done)
 
     *done = false;
     job_lock_path(jobid, path, sizeof(path));
+    /* Never on fd 0-2 (slurmd may run the prolog with them closed): the
+     * sentinel the prolog forks under on_node_fault=drain keeps its stdio
+     * while it waits, and would hold the lock, so the job's tasks would wait
+     * for it (join_timeout). */
     fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
+    if (fd < 0 || (fd = above_stdio(fd)) < 0)
         return -1;
     while (flock(fd, LOCK_EX) != 0) {
         if (errno != EINTR) {
@@ -716,6 +720,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
                  sh_plugin.config_error);
         goto record;
     }
+    sh_plugin_check_ports(cfg);
     /* case F26: the submitting side and this node must run one version. */
     if (job->submit_version != NULL && job->submit_version[0] != '\0' &&
         strcmp(job->submit_version, SH_VERSION) != 0) {

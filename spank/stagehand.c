@@ -50,6 +50,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         /* Root's directories before any user's job can race for them. */
         if (cfg != NULL)
             sh_slurmd_prepare(cfg);
+        sh_plugin_check_ports(cfg);
         return 0;
     }
     default:

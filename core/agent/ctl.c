@@ -43,6 +43,8 @@ struct sh_ctl {
     uint32_t max_payload;
     uint64_t op;                 /* operations done so far */
     int listen_fd;
+    bool wait_wake;              /* sh_ctl_cfg.wait_wake */
+    bool woken;                  /* a peer proved K_job on our listener */
     struct sh_chan parent;       /* fd -1 for the root */
     struct sh_chan *child;       /* nchild entries, fd -1 when not connected */
 };
@@ -257,7 +259,7 @@ static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, bool quick, int *
     const char *host = ctl->addrs != NULL ? ctl->addrs[p] : ctl->names[p];
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_NUMERICSERV };
-    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index };
+    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index, false };
     struct addrinfo *ai = NULL;
     char peer[96];
     int rc;
@@ -318,40 +320,67 @@ static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, bool quick, int *
 /* Wake child @c if a sentinel holds its port: on a node whose copies are
  * current the plugin leaves no agent but a sentinel that listens on the
  * node's port and starts the agent when a connection arrives (spank/prolog.c).
- * A connection that is closed at once wakes it; for a listening agent it is
- * a handshake that ends before its first byte (nothing is logged). Another
- * job's process may hold an earlier port of the sequence, so every port that
- * accepts is poked, up to the first that refuses (@full: past refusals too,
- * as try_parent's full rounds) or does not answer within
- * SH_CTL_POKE_TIMEOUT (the host is down: the join's deadline deals with it). */
-static void poke_child(const struct sh_ctl *ctl, uint32_t c, bool full, int64_t deadline_ns)
+ * That agent joins only once a peer has proved K_job on its listener
+ * (sh_ctl_cfg.wait_wake), so waking takes two passes over the children: with
+ * @knock a connection to each port that is closed at once (the sentinels of
+ * all children start their agents in parallel), then without it a handshake
+ * as @c's parent on each port (the proof; a listening agent takes it and
+ * closes it). Another job's process may hold an earlier port of the
+ * sequence: its handshake fails (another job, step or node), and the next
+ * port is tried, up to the first that refuses (@full: past refusals too, as
+ * try_parent's full rounds) or does not answer within SH_CTL_POKE_TIMEOUT
+ * (the host is down: the join's deadline deals with it). A handshake that
+ * does not begin within SH_CTL_WAKE_TIMEOUT (an agent still starting, or a
+ * process that never answers) moves on to the next port; a later round
+ * retries. */
+static void poke_child(const struct sh_ctl *ctl, uint32_t c, bool full, bool knock,
+                       int64_t deadline_ns)
 {
     const char *host = ctl->addrs != NULL ? ctl->addrs[c] : ctl->names[c];
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_NUMERICSERV };
+    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index, true };
     struct addrinfo *ai = NULL;
+    char peer[96];
 
     if (getaddrinfo(host, "0", &hints, &ai) != 0)
         return;
+    snprintf(peer, sizeof(peer), "%s(%u)", ctl->names[c], c);
     for (uint32_t step = 0; step < ctl->port_probe; step++) {
         for (const struct addrinfo *a = ai; a != NULL; a = a->ai_next) {
             int64_t until = sh_now_ns() + SH_CTL_POKE_TIMEOUT;
             struct sockaddr_storage ss;
             struct addrinfo one;
+            struct sh_chan chan;
+            uint16_t port = probe_port(ctl, step);
             int fd;
 
             if (a->ai_family != AF_INET && a->ai_family != AF_INET6)
                 continue;
-            with_port(a, probe_port(ctl, step), &ss, &one);
+            with_port(a, port, &ss, &one);
             fd = connect_bounded(&one, until < deadline_ns ? until : deadline_ns);
-            if (fd >= 0) {
-                close(fd);
-                break; /* this port is poked; on to the next */
+            if (fd < 0) {
+                if (errno != ECONNREFUSED || !full) {
+                    freeaddrinfo(ai);
+                    return;
+                }
+                continue;
             }
-            if (errno != ECONNREFUSED || !full) {
+            if (knock || is_self_connection(ctl, fd)) {
+                close(fd);
+                break; /* this port is knocked on (or ours); on to the next */
+            }
+            set_nodelay(fd);
+            until = sh_now_ns() + SH_CTL_WAKE_TIMEOUT;
+            if (sh_hs_client(fd, ctl->kjob, &me, c, peer,
+                             until < deadline_ns ? until : deadline_ns, &chan) == 0) {
+                sh_chan_close(&chan);
+                sh_debug("ctl", "woke %s on port %u", peer, port);
                 freeaddrinfo(ai);
                 return;
             }
+            close(fd);
+            break; /* not @c's agent (yet): on to the next port */
         }
     }
     freeaddrinfo(ai);
@@ -364,17 +393,22 @@ struct accept_arg {
 /* Any of our children, connected or not: a child only connects again when it
  * gave up on an earlier attempt that we completed (the last message of a
  * handshake can always be lost to a deadline), so its newest proven
- * connection replaces the older one. */
+ * connection replaces the older one. And our parent: its wake-up (poke_child)
+ * is a handshake too. */
 static int accept_child(uint32_t client, void *arg)
 {
     struct sh_ctl *ctl = ((struct accept_arg *)arg)->ctl;
 
-    return client >= ctl->first_child && client - ctl->first_child < ctl->nchild;
+    return (client >= ctl->first_child && client - ctl->first_child < ctl->nchild) ||
+           (ctl->index != 0 && client == sh_ctl_parent_of(ctl->index, ctl->k));
 }
 
 static void serve_listener(struct sh_ctl *ctl, int64_t deadline_ns)
 {
-    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index };
+    /* Until woken, anyone may connect (the sentinel started us for the first
+     * connection, whatever it was): rejections are logged at debug only. */
+    struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index,
+                              ctl->wait_wake && !ctl->woken };
     struct accept_arg arg = { ctl };
     struct sockaddr_storage ss;
     socklen_t sslen = sizeof(ss);
@@ -402,6 +436,13 @@ static void serve_listener(struct sh_ctl *ctl, int64_t deadline_ns)
     }
     snprintf(chan.peer, sizeof(chan.peer), "%s(%u)", ctl->names[chan.peer_index],
              chan.peer_index);
+    if (ctl->wait_wake && !ctl->woken)
+        sh_debug("ctl", "woken by %s, which proved the job key", chan.peer);
+    ctl->woken = true;
+    if (chan.peer_index < ctl->first_child) { /* the parent's wake-up: done */
+        sh_chan_close(&chan);
+        return;
+    }
     if (ctl->child[chan.peer_index - ctl->first_child].fd >= 0) {
         sh_info("ctl", "node %s connected again: replacing its earlier connection",
                 chan.peer);
@@ -495,6 +536,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     ctl->max_payload = cfg->max_payload != 0 ? cfg->max_payload : SH_FRAME_MAX_PAYLOAD;
     ctl->listen_fd = -1;
     ctl->parent.fd = -1;
+    ctl->wait_wake = cfg->wait_wake && cfg->inherit_listener;
     if (ctl->nchild > 0) {
         ctl->child = calloc(ctl->nchild, sizeof(*ctl->child));
         if (ctl->child == NULL)
@@ -519,6 +561,18 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
         struct pollfd pfd;
         int rc;
 
+        if (ctl->wait_wake && !ctl->woken) {
+            /* Started by a sentinel for a connection that proved nothing:
+             * reach nobody (that would wake the parent's and children's
+             * sentinels for anyone who connects) until a peer proves K_job. */
+            pfd = (struct pollfd){ .fd = ctl->listen_fd, .events = POLLIN };
+            rc = poll(&pfd, 1, sh_poll_ms_until(my_deadline));
+            if (rc > 0 && (pfd.revents & POLLIN))
+                serve_listener(ctl, my_deadline);
+            if (ctl->woken)
+                t_start = next_try = next_poke = sh_now_ns();
+            continue;
+        }
         if (!need_parent && children_connected(ctl) == ctl->nchild)
             break;
         if (need_parent && sh_now_ns() >= next_try) {
@@ -535,9 +589,11 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
             if (sh_now_ns() >= next_poke) {
                 bool full = sh_now_ns() - t_start >= SH_CTL_QUICK_PROBE_NS;
 
-                for (uint32_t j = 0; j < ctl->nchild; j++)
-                    if (ctl->child[j].fd < 0)
-                        poke_child(ctl, ctl->first_child + j, full, my_deadline);
+                for (int knock = 1; knock >= 0; knock--)
+                    for (uint32_t j = 0; j < ctl->nchild; j++)
+                        if (ctl->child[j].fd < 0)
+                            poke_child(ctl, ctl->first_child + j, full, knock,
+                                       my_deadline);
                 next_poke = sh_now_ns() + sh_ctl_retry_delay(sh_now_ns() - t_start);
             }
             if (next_poke < wake)
@@ -547,6 +603,12 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
         rc = poll(&pfd, ctl->listen_fd >= 0 ? 1 : 0, sh_poll_ms_until(wake));
         if (rc > 0 && (pfd.revents & POLLIN))
             serve_listener(ctl, my_deadline);
+    }
+    if (ctl->wait_wake && !ctl->woken) {
+        sh_debug("ctl", "no peer proved the job key by the deadline: this node was not "
+                 "needed");
+        errno = ENOTCONN;
+        goto fail;
     }
     if (ctl->index != 0 && ctl->parent.fd < 0) {
         uint32_t p = sh_ctl_parent_of(ctl->index, ctl->k);

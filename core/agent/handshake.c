@@ -69,8 +69,8 @@ static size_t msg_len(uint16_t type)
 }
 
 /* Read one handshake message of the expected @type. */
-static int recv_msg(int fd, uint16_t type, const char *peer, int64_t deadline_ns,
-                    struct hs_msg *m)
+static int recv_msg(int fd, uint16_t type, const char *peer, enum sh_log_level rej,
+                    int64_t deadline_ns, struct hs_msg *m)
 {
     unsigned char buf[CHALLENGE_LEN];
     size_t len = msg_len(type);
@@ -80,14 +80,14 @@ static int recv_msg(int fd, uint16_t type, const char *peer, int64_t deadline_ns
     if (sh_get_be32(buf) != HS_MAGIC || buf[4] != (HS_VERSION >> 8) ||
         buf[5] != (HS_VERSION & 0xff) || buf[6] != (type >> 8) ||
         buf[7] != (type & 0xff)) {
-        sh_warn("ctl", "handshake with %s rejected: not a stagehand handshake "
-                "message of the expected version and type", peer);
+        sh_log(rej, "ctl", "handshake with %s rejected: not a stagehand handshake "
+               "message of the expected version and type", peer);
         errno = EPROTO;
         return -1;
     }
     if (sh_io_read_full(fd, buf + 8, len - 8, NULL, deadline_ns) != 0) {
         if (errno == ECONNRESET) {
-            sh_warn("ctl", "handshake with %s rejected: truncated message", peer);
+            sh_log(rej, "ctl", "handshake with %s rejected: truncated message", peer);
             errno = EPROTO;
         }
         return -1;
@@ -166,6 +166,7 @@ int sh_hs_client(int fd, const unsigned char kjob[SH_KEY_LEN],
     struct hs_msg ch, proof = { .type = HS_PROOF };
     unsigned char want[SH_KEY_LEN], c2s[SH_KEY_LEN], s2c[SH_KEY_LEN];
     unsigned char *payload = NULL;
+    enum sh_log_level rej = me->quiet ? SH_LOG_DEBUG : SH_LOG_WARN;
     uint32_t len;
     uint16_t type;
     int rc = -1;
@@ -174,7 +175,7 @@ int sh_hs_client(int fd, const unsigned char kjob[SH_KEY_LEN],
     out->fd = -1;
     if (sh_random_bytes(hello.nonce, SH_NONCE_LEN) != 0 ||
         send_msg(fd, &hello, deadline_ns) != 0 ||
-        recv_msg(fd, HS_CHALLENGE, peer, deadline_ns, &ch) != 0) {
+        recv_msg(fd, HS_CHALLENGE, peer, rej, deadline_ns, &ch) != 0) {
         err = errno;
         goto out;
     }
@@ -198,8 +199,8 @@ int sh_hs_client(int fd, const unsigned char kjob[SH_KEY_LEN],
         goto out;
     }
     if (CRYPTO_memcmp(want, ch.proof, SH_KEY_LEN) != 0) {
-        sh_warn("ctl", "handshake with %s rejected: it does not prove the job key",
-                peer);
+        sh_log(rej, "ctl", "handshake with %s rejected: it does not prove the job key",
+               peer);
         err = EACCES;
         goto out;
     }
@@ -215,8 +216,8 @@ int sh_hs_client(int fd, const unsigned char kjob[SH_KEY_LEN],
         || type != HS_WELCOME) {
         err = errno;
         if (err == ECONNRESET) {
-            sh_warn("ctl", "handshake with %s failed: the peer closed the "
-                    "connection after our proof (it does not accept us)", peer);
+            sh_log(rej, "ctl", "handshake with %s failed: the peer closed the "
+                   "connection after our proof (it does not accept us)", peer);
             err = EACCES;
         } else if (err == 0 || type != HS_WELCOME) {
             err = EPROTO;
@@ -245,12 +246,13 @@ int sh_hs_server(int fd, const unsigned char kjob[SH_KEY_LEN],
     struct hs_msg ch = { .type = HS_CHALLENGE, .jobid = me->jobid,
                          .stepid = me->stepid, .from = me->index };
     unsigned char want[SH_KEY_LEN], c2s[SH_KEY_LEN], s2c[SH_KEY_LEN];
+    enum sh_log_level rej = me->quiet ? SH_LOG_DEBUG : SH_LOG_WARN;
     char name[96];
     int rc = -1;
     int err = 0;
 
     out->fd = -1;
-    if (recv_msg(fd, HS_HELLO, peer, deadline_ns, &hello) != 0) {
+    if (recv_msg(fd, HS_HELLO, peer, rej, deadline_ns, &hello) != 0) {
         err = errno;
         goto out;
     }
@@ -264,8 +266,8 @@ int sh_hs_server(int fd, const unsigned char kjob[SH_KEY_LEN],
         goto out;
     }
     if (accept != NULL && !accept(hello.from, arg)) {
-        sh_warn("ctl", "handshake with %s refused: not a node we accept here",
-                name);
+        sh_log(rej, "ctl", "handshake with %s refused: not a node we accept here",
+               name);
         err = ENXIO;
         goto out;
     }
@@ -274,7 +276,7 @@ int sh_hs_server(int fd, const unsigned char kjob[SH_KEY_LEN],
         make_proof(kjob, "server", me->jobid, me->stepid, me->index, hello.from,
                    hello.nonce, ch.nonce, ch.proof) != 0 ||
         send_msg(fd, &ch, deadline_ns) != 0 ||
-        recv_msg(fd, HS_PROOF, name, deadline_ns, &proof) != 0 ||
+        recv_msg(fd, HS_PROOF, name, rej, deadline_ns, &proof) != 0 ||
         make_proof(kjob, "client", me->jobid, me->stepid, me->index, hello.from,
                    hello.nonce, ch.nonce, want) != 0) {
         err = errno;
@@ -283,8 +285,8 @@ int sh_hs_server(int fd, const unsigned char kjob[SH_KEY_LEN],
         goto out;
     }
     if (CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0) {
-        sh_warn("ctl", "handshake with %s rejected: it does not prove the job key "
-                "(keyless or foreign peer)", name);
+        sh_log(rej, "ctl", "handshake with %s rejected: it does not prove the job key "
+               "(keyless or foreign peer)", name);
         err = EACCES;
         goto out;
     }

@@ -23,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -483,13 +486,58 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
     return 0;
 }
 
-/* initgroups, setgid, setuid, then verify that root cannot be regained. */
+/* Make CAP_NET_BIND_SERVICE the only capability left (effective and
+ * permitted; none inheritable, so the engine it execs has none). Returns 0,
+ * or -1 with errno of capset(2)/capget(2), EPERM when another one is left. */
+static int keep_only_bind_cap(void)
+{
+    struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    const uint32_t bit = 1u << (CAP_NET_BIND_SERVICE & 31);
+    const int word = CAP_NET_BIND_SERVICE >> 5;
+
+    memset(data, 0, sizeof(data));
+    data[word].effective = data[word].permitted = bit;
+    if (syscall(SYS_capset, &hdr, data) != 0 || syscall(SYS_capget, &hdr, data) != 0)
+        return -1;
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) {
+        uint32_t want = i == word ? bit : 0;
+
+        if (data[i].permitted != want || data[i].effective != want ||
+            data[i].inheritable != 0) {
+            errno = EPERM;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* initgroups, setgid, setuid, then verify that root cannot be regained. The
+ * agent keeps one capability, CAP_NET_BIND_SERVICE: the control-plane ports
+ * are privileged (below 1024, stagehand.8 CONFIGURATION), so that no user's
+ * process can take a job's port and fail its staging (issue 30), and the
+ * agent binds its listeners after the drop (the engine's trees, one per
+ * image, form after the vote). Nothing else of root is kept; the user cannot
+ * ptrace or read the memory of a process holding a capability it lacks, and
+ * the engine the agent execs has none (no file or ambient capabilities). */
 static int drop_privileges(const struct agent *a, char *err, size_t errlen)
 {
+    bool keep = a->in.uid != 0;
+
+    if (keep && prctl(PR_SET_KEEPCAPS, 1L, 0L, 0L, 0L) != 0) {
+        snprintf(err, errlen, "prctl(PR_SET_KEEPCAPS): %s", strerror(errno));
+        return -1;
+    }
     if (initgroups(a->in.user, a->in.gid) != 0 || setgid(a->in.gid) != 0 ||
         setuid(a->in.uid) != 0) {
         snprintf(err, errlen, "cannot become %s (uid %u): %s", a->in.user,
                  (unsigned)a->in.uid, strerror(errno));
+        return -1;
+    }
+    if (keep && (keep_only_bind_cap() != 0 ||
+                 prctl(PR_SET_KEEPCAPS, 0L, 0L, 0L, 0L) != 0)) {
+        snprintf(err, errlen, "cannot keep only CAP_NET_BIND_SERVICE for the "
+                 "control-plane ports: %s", strerror(errno));
         return -1;
     }
     if (getuid() != a->in.uid || geteuid() != a->in.uid || getgid() != a->in.gid ||
@@ -1799,6 +1847,9 @@ int sh_agent_prolog_main(void)
         cc.kjob = a.kjob;
         cc.inherit_listener = a.in.have_listener;
         cc.listen_fd = a.in.listener;
+        /* A sentinel started us for a connection whatever it was: join
+         * only once a peer proves the job key (issue 30 item 7). */
+        cc.wait_wake = a.in.have_listener;
         /* The rendezvous has its own, shorter bound: a node whose agent never
          * starts (its prolog did not run: the job was cancelled meanwhile,
          * or slurmd is stuck) must not hold the others for the whole
@@ -1809,6 +1860,10 @@ int sh_agent_prolog_main(void)
         if (sh_ctl_join(&cc, join_deadline, &a.ctl) != 0) {
             int jerr = errno;
 
+            /* Woken for nothing: no node of the job needed this one, and
+             * this node's own outcome (current) stands. */
+            if (jerr == ENOTCONN && cc.wait_wake)
+                goto done;
             /* Only a node other than the leader waits for a parent. */
             if (jerr == ETIMEDOUT && a.index != 0)
                 set_failure(&a, false, "node %s: control plane: could not reach node %s "

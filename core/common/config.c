@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "stagehand/ctlport.h"
 #include "stagehand/log.h"
 #include "stagehand/size.h"
 #include "stagehand/spec.h"
@@ -24,8 +25,8 @@ void sh_config_defaults(struct sh_config *cfg)
     snprintf(cfg->agent, sizeof(cfg->agent), "%s", SH_AGENT_PATH);
     snprintf(cfg->engine, sizeof(cfg->engine), "%s", SH_ENGINE_PATH);
     cfg->mpi_env[0] = '\0';
-    cfg->port_base = 7300;
-    cfg->port_range = 1000;
+    cfg->port_base = SH_CTL_PORT_BASE_DEFAULT;
+    cfg->port_range = SH_CTL_PORT_RANGE_DEFAULT;
     cfg->fanout = 32;
     /* Not yet measured on this project's cluster (bench/ will tell). */
     /* measured: bench/results/segment-size.md (pipeline fill (N-1)*seg/B) */
@@ -212,12 +213,12 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
     case 4:
         return parse_path(a, cfg->engine, sizeof(cfg->engine));
     case 5:
-        if (parse_uint(a, 1024, 65535, &v) != 0)
+        if (parse_uint(a, 1, 65535, &v) != 0)
             return -1;
         cfg->port_base = (uint16_t)v;
         return 0;
     case 6:
-        if (parse_uint(a, 1, 64512, &v) != 0)
+        if (parse_uint(a, 1, 65535, &v) != 0)
             return -1;
         cfg->port_range = (uint16_t)v;
         return 0;

@@ -3,7 +3,9 @@
 #include "stagehand/ctlport.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -82,4 +84,40 @@ int sh_ctl_bind(const char *bind_addr, uint64_t jobid, uint64_t stepid, uint16_t
     }
     errno = err;
     return -1;
+}
+
+int sh_ctl_unprivileged_port_start(void)
+{
+    char buf[32];
+    ssize_t n;
+    long v;
+    char *end;
+    int fd = open("/proc/sys/net/ipv4/ip_unprivileged_port_start", O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        errno = EIO;
+        return -1;
+    }
+    buf[n] = '\0';
+    errno = 0;
+    v = strtol(buf, &end, 10);
+    if (errno != 0 || end == buf || v < 0 || v > 65536) {
+        errno = EINVAL;
+        return -1;
+    }
+    return (int)v;
+}
+
+int sh_ctl_range_unprivileged(uint16_t base, uint16_t range, int *start)
+{
+    int s = sh_ctl_unprivileged_port_start();
+
+    if (s < 0)
+        s = 1024;
+    *start = s;
+    return range > 0 && (uint32_t)base + range - 1 >= (uint32_t)s;
 }

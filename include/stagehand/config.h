@@ -19,9 +19,11 @@
  *                 must lie under an allowed root
  * key_file        absolute path of the site key             /etc/slurm/stagehand.key
  * agent, engine   absolute paths of the helpers             installed paths
- * port_base       first control-plane port, 1024..65535     7300
- * port_range      number of ports, >= 1, base+range-1       1000
- *                 <= 65535
+ * port_base       first control-plane port, 1..65535        300
+ * port_range      number of ports, >= 1, base+range-1       200
+ *                 <= 65535; keep the range below the
+ *                 kernel's ip_unprivileged_port_start (1024)
+ *                 so no user can take a port (ctlport.h)
  * fanout          control-tree fanout, 1..1024              32
  * segment_size    engine segment, bytes with unit           1M (measured:
  *                 (K/M/G, KiB/...), > 0 and <= 1 GiB

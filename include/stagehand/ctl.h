@@ -45,6 +45,11 @@
 #define SH_CTL_RETRY_MAX        (1 * INT64_C(1000000000))  /* ns */
 /* Bound of one connect that wakes a child's sentinel (sh_ctl_join). */
 #define SH_CTL_POKE_TIMEOUT     (100 * INT64_C(1000000))   /* ns */
+/* Bound of the authenticated wake-up's handshake with a child's agent until
+ * its challenge arrives: an agent a sentinel has just started may not serve
+ * yet (the next round wakes it), and a port held by another process that
+ * never answers costs no more than this per port and round. */
+#define SH_CTL_WAKE_TIMEOUT     (100 * INT64_C(1000000))   /* ns */
 /* For this long a round of attempts ends at the first refused port. */
 #define SH_CTL_QUICK_PROBE_NS   (1 * INT64_C(1000000000))  /* ns */
 
@@ -68,6 +73,11 @@ struct sh_ctl_cfg {
                                     plugin's sentinel on one of this step's probed
                                     ports (taken over, closed after the join) */
     int listen_fd;
+    bool wait_wake;              /* started by a sentinel (with inherit_listener):
+                                    do nothing but serve the listener until one
+                                    peer proves K_job (a child's handshake, or the
+                                    parent's wake-up); only then reach the parent
+                                    and wake the children */
 };
 
 enum sh_ctl_state {
@@ -103,15 +113,18 @@ int64_t sh_ctl_retry_delay(int64_t waited_ns);
  * handed-over listener), connect and authenticate to the parent with bounded
  * retry, and accept the children, until all are there or the
  * (depth-staggered) deadline. Children not yet connected are woken, at the
- * same growing intervals as the parent is retried, by a connection to their
- * port (a sentinel there starts their agent: spank/prolog.c), so a node whose
- * copies are current joins only when another node starts an agent. Children that did not connect are
- * logged and reported as missing by the next gather; failing to reach the
- * parent is an error. Returns 0 with *out set, or -1 with errno EINVAL (bad
- * configuration), ETIMEDOUT (parent unreachable by the deadline: logged with
- * its name and the port range), EADDRINUSE (no free port to listen on), ENOMEM,
- * EINVAL also for a handed-over descriptor that is not a listener on one of
- * this step's ports. */
+ * same growing intervals as the parent is retried: a connection to each port
+ * of their sequence (a sentinel there starts their agent: spank/prolog.c),
+ * then a handshake as their parent (the agent a sentinel started joins only
+ * after such a proof of K_job, cfg.wait_wake), so a node whose copies are
+ * current joins only when another node's agent of the job needs it. Children
+ * that did not connect are logged and reported as missing by the next gather;
+ * failing to reach the parent is an error. Returns 0 with *out set, or -1
+ * with errno EINVAL (bad configuration), ETIMEDOUT (parent unreachable by the
+ * deadline: logged with its name and the port range), ENOTCONN (wait_wake:
+ * no peer proved K_job by the deadline; logged at debug only), EADDRINUSE (no
+ * free port to listen on), ENOMEM, EINVAL also for a handed-over descriptor
+ * that is not a listener on one of this step's ports. */
 int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
                 struct sh_ctl **out);
 

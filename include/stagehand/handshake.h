@@ -15,6 +15,7 @@
 #ifndef STAGEHAND_HANDSHAKE_H
 #define STAGEHAND_HANDSHAKE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "stagehand/frame.h"
@@ -32,6 +33,9 @@ struct sh_hs_ident {
     uint64_t jobid;
     uint64_t stepid;
     uint32_t index;            /* our node index */
+    bool quiet;                /* log a rejected peer at debug, not as a warning:
+                                  the other side may be anyone (a not yet woken
+                                  agent's listener, a poke on a probed port) */
 };
 
 /* Decides whether a server accepts a client index (e.g. "is one of my

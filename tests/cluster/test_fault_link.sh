@@ -74,7 +74,7 @@ if [ "${STAGEHAND_TEST_FULL:-0}" = 1 ]; then
     plug=$(grep '^required .*stagehand.so' "$(dirname "$SLURM_CONF")/plugstack.conf")
     timeout_s=$(grep -oE 'timeout=[0-9]+s' <<<"$plug" | grep -oE '[0-9]+')
     [ -n "$timeout_s" ] && [ "$timeout_s" -le 150 ] || skip "(b) needs the plugstack timeout at most 150s"
-    case "$plug" in *port_base=* | *port_range=*) skip "(b) assumes the default ports 7300+1000" ;; esac
+    case "$plug" in *port_base=* | *port_range=*) skip "(b) assumes the default ports 300+200" ;; esac
     command -v python3 >/dev/null || skip "(b) needs python3"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst"; done
     # An allocation first, so that the staging's ports are known: the first
@@ -84,9 +84,9 @@ if [ "${STAGEHAND_TEST_FULL:-0}" = 1 ]; then
     # not touched.
     alloc=$(as_user salloc -J "$tag" -N"$k" --no-shell 2>&1 | grep -oE 'Granted job allocation [0-9]+' | grep -oE '[0-9]+$')
     [ -n "$alloc" ] || fail "(b) no allocation"
-    p0=$(python3 "$(dirname "$0")/ctl_attack.py" portstep "$alloc" 0 7300 1000)
-    rules=("$p0-$((p0 + 63 > 8299 ? 8299 : p0 + 63))")
-    [ $((p0 + 63)) -gt 8299 ] && rules+=("7300-$((7300 + p0 + 63 - 8300))")
+    p0=$(python3 "$(dirname "$0")/ctl_attack.py" portstep "$alloc" 0 300 200)
+    rules=("$p0-$((p0 + 63 > 499 ? 499 : p0 + 63))")
+    [ $((p0 + 63)) -gt 499 ] && rules+=("300-$((300 + p0 + 63 - 500))")
     for r in "${rules[@]}"; do
         on_node "$victim" ip rule add ipproto tcp dport "$r" prohibit || fail "ip rule for $r"
     done

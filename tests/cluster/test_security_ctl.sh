@@ -8,7 +8,7 @@
 # once every child has joined), so the test keeps that window open: n3 is
 # frozen (minicluster freeze: its slurmd and everything in its namespace)
 # before the job starts, so the leader waits for it. The port is derived from
-# the job id within [port_base, port_base + port_range) = [7300, 8300): the
+# the job id within [port_base, port_base + port_range) = [300, 500): the
 # attacker scans that range from inside n2 with bash's /dev/tcp, then sends
 # garbage, an oversized stream, a truncated HELLO, a HELLO with a proof made
 # without the key, one replaying the agent's own challenge proof, and a HELLO
@@ -26,7 +26,7 @@ read -r leader attacker frozen _ <<<"$MINICLUSTER_NODES"
 [ -n "$frozen" ] || skip "needs 3 nodes"
 command -v python3 >/dev/null || skip "python3 is needed for the attacker"
 plug=$(grep '^required .*stagehand.so' "$(dirname "$SLURM_CONF")/plugstack.conf")
-case "$plug" in *port_base=* | *port_range=*) skip "the test assumes the default ports 7300+1000" ;; esac
+case "$plug" in *port_base=* | *port_range=*) skip "the test assumes the default ports 300+200" ;; esac
 tok=sctl$$
 tag=sec-ctl.$$
 dst=/nvme/$tok/img
@@ -49,19 +49,19 @@ off=$(log_offset "$leader")
 "$MINICLUSTER" freeze "$frozen" || fail "cannot freeze $frozen"
 id=$(as_user sbatch --parsable -J "$tag" -N3 -w "$leader,$attacker,$frozen" -o "$out" \
          --stage-image="$src:$dst" --wrap 'echo script-ran') || fail "sbatch: $id"
-port0=$(python3 "$tool" port "$id" 7300 1000)
+port0=$(python3 "$tool" port "$id" 300 200)
 echo "job $id; $frozen frozen; the leader's derived control port is $port0"
 
-# scan [7300, 8300) on the leader from the attacker node until a port of
+# scan [300, 500) on the leader from the attacker node until a port of
 # this job's probe window (derived port and up) listens
 port=""
 for _ in $(seq 1 40); do
     open=$(on_node "$attacker" runuser -u nobody -- bash -c "
-        for p in \$(seq 7300 8299); do
+        for p in \$(seq 300 499); do
             (exec 3<>/dev/tcp/$leader_ip/\$p) 2>/dev/null && echo \$p
         done" 2>/dev/null)
     for p in $open; do
-        d=$(((p - port0 + 1000) % 1000))
+        d=$(((p - port0 + 200) % 200))
         if [ "$d" -lt 64 ]; then port=$p; break; fi
     done
     [ -n "$port" ] && break

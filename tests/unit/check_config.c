@@ -45,8 +45,8 @@ START_TEST(defaults)
     ck_assert_str_eq(cfg.agent, SH_AGENT_PATH);
     ck_assert_str_eq(cfg.engine, SH_ENGINE_PATH);
     ck_assert_str_eq(cfg.mpi_env, "");
-    ck_assert_uint_eq(cfg.port_base, 7300);
-    ck_assert_uint_eq(cfg.port_range, 1000);
+    ck_assert_uint_eq(cfg.port_base, 300);
+    ck_assert_uint_eq(cfg.port_range, 200);
     ck_assert_uint_eq(cfg.fanout, 32);
     ck_assert_uint_eq(cfg.segment_size, 1ULL << 19);
     ck_assert_uint_eq(cfg.pipeline_depth, 8);
@@ -181,7 +181,7 @@ static const struct bad_case bad[] = {
     { "fanout=0", NULL, ERANGE, "fanout=0" },
     { "fanout=1025", NULL, ERANGE, "fanout=1025" },
     { "fanout=99999999999999999999999", NULL, ERANGE, "fanout=" },
-    { "port_base=80", NULL, ERANGE, "port_base=80: must be between 1024" },
+    { "port_base=0", NULL, ERANGE, "port_base=0: must be between 1" },
     { "port_base=65536", NULL, ERANGE, "port_base=65536" },
     { "port_range=0", NULL, ERANGE, "port_range=0" },
     { "port_base=65000", "port_range=1000", ERANGE,

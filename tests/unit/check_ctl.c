@@ -122,7 +122,7 @@ static void *server_thread(void *p)
 static int run_hs(unsigned char ckey_flip, uint64_t cjob, uint32_t cidx,
                   struct srv *s, struct sh_chan *cchan, int *cerr)
 {
-    struct sh_hs_ident cme = { 42, 0, cidx };
+    struct sh_hs_ident cme = { 42, 0, cidx, false };
     unsigned char ckey[SH_KEY_LEN];
     pthread_t th;
     int sv[2];
@@ -135,7 +135,7 @@ static int run_hs(unsigned char ckey_flip, uint64_t cjob, uint32_t cidx,
     memcpy(ckey, s->key, SH_KEY_LEN);
     ckey[5] ^= ckey_flip;
     s->fd = sv[0];
-    s->me = (struct sh_hs_ident){ 42, 0, 0 };
+    s->me = (struct sh_hs_ident){ 42, 0, 0, false };
     ck_assert_int_eq(pthread_create(&th, NULL, server_thread, s), 0);
     rc = sh_hs_client(sv[1], ckey, &cme, 0, "server", sh_now_ns() + 3 * SH_NS_PER_S,
                       cchan);
@@ -205,7 +205,7 @@ START_TEST(handshake_rogue_client)
     memset(&s, 0, sizeof(s));
     memset(s.key, 0x11, SH_KEY_LEN);
     s.fd = sv[0];
-    s.me = (struct sh_hs_ident){ 42, 0, 0 };
+    s.me = (struct sh_hs_ident){ 42, 0, 0, false };
     ck_assert_int_eq(pthread_create(&th, NULL, server_thread, &s), 0);
     ck_assert_int_eq(write(sv[1], hello, sizeof(hello)), (ssize_t)sizeof(hello));
     ck_assert_int_eq(sh_io_read_full(sv[1], ch, sizeof(ch), NULL,
@@ -220,7 +220,7 @@ END_TEST
 
 START_TEST(handshake_keyless_server)
 {
-    struct sh_hs_ident cme = { 42, 0, 1 };
+    struct sh_hs_ident cme = { 42, 0, 1, false };
     unsigned char ckey[SH_KEY_LEN];
     struct sh_chan c;
     struct srv s;
@@ -232,7 +232,7 @@ START_TEST(handshake_keyless_server)
     memset(s.key, 0x22, SH_KEY_LEN);
     memset(ckey, 0x11, SH_KEY_LEN);
     s.fd = sv[0];
-    s.me = (struct sh_hs_ident){ 42, 0, 0 };
+    s.me = (struct sh_hs_ident){ 42, 0, 0, false };
     ck_assert_int_eq(pthread_create(&th, NULL, server_thread, &s), 0);
     ck_assert_int_eq(sh_hs_client(sv[1], ckey, &cme, 0, "server",
                                   sh_now_ns() + 3 * SH_NS_PER_S, &c), -1);
@@ -268,7 +268,7 @@ START_TEST(handshake_garbage)
     ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     memset(&s, 0, sizeof(s));
     s.fd = sv[0];
-    s.me = (struct sh_hs_ident){ 42, 0, 0 };
+    s.me = (struct sh_hs_ident){ 42, 0, 0, false };
     ck_assert_int_eq(pthread_create(&th, NULL, server_thread, &s), 0);
     ck_assert_int_eq(write(sv[1], junk, sizeof(junk)), (ssize_t)sizeof(junk));
     ck_assert_int_eq(pthread_join(th, NULL), 0);
@@ -351,6 +351,7 @@ static int node_main(const struct tree *t, uint32_t i)
             return 31; /* never woken */
         cfg.inherit_listener = true;
         cfg.listen_fd = pfd.fd;
+        cfg.wait_wake = true; /* as the agent a sentinel starts */
     }
     rc = sh_ctl_join(&cfg, d, &ctl);
     if (t->expect_nojoin & (1u << i))
@@ -556,6 +557,39 @@ START_TEST(tree_port_taken)
 }
 END_TEST
 
+/* Issue 30 item 7: the wake-up is a handshake as the parent, so a poke walks
+ * past ports that accept but are not the child's agent: listeners that never
+ * answer (each costs SH_CTL_WAKE_TIMEOUT) and, all nodes being on 127.0.0.1
+ * here, the other sentinel's agent, which refuses a wake-up meant for
+ * another node. A chain 0 -> 1 -> 2 of which 1 and 2 are sentinels. (The
+ * listeners' queues must not fill up: a connect that times out ends a poke's
+ * walk, as for a host that is down.) */
+START_TEST(tree_sentinels_port_taken)
+{
+    struct tree t = { .n = 3, .k = 1, .jobid = (uint64_t)getpid() * 100 + 14,
+                      .absent = -1, .keyless = -1, .sentinels = 1u << 1 | 1u << 2,
+                      .hs_timeout = 200 * SH_NS_PER_MS };
+    int fds[3];
+    uint16_t first;
+
+    t.port_base = test_port(14);
+    first = sh_ctl_derive_port(t.jobid, 0, t.port_base, 48);
+    for (int x = 0; x < 3; x++) {
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)(t.port_base +
+                                      (first - t.port_base + x) % 48)) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[x] = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fds[x], 0);
+        if (bind(fds[x], (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            ck_assert_int_eq(listen(fds[x], 128), 0);
+    }
+    run_tree(&t);
+    for (int x = 0; x < 3; x++)
+        close(fds[x]);
+}
+END_TEST
+
 /* The retry delay grows with the time waited, between its bounds. */
 START_TEST(retry_delay)
 {
@@ -626,6 +660,93 @@ START_TEST(tree_sentinels_woken)
 }
 END_TEST
 
+/* Issue 30 item 7: the agent a sentinel starts joins only after a proof of
+ * K_job. Both leaves are sentinels and the root an agent: the root's
+ * wake-ups (a handshake as their parent) are accepted, and the tree forms. */
+START_TEST(wake_parent_accepted)
+{
+    struct tree t = { .n = 3, .k = 2, .jobid = (uint64_t)getpid() * 100 + 12,
+                      .absent = -1, .keyless = -1, .sentinels = 1u << 1 | 1u << 2 };
+
+    t.port_base = test_port(12);
+    run_tree(&t);
+}
+END_TEST
+
+/* Issue 30 item 7: an agent started by a sentinel for connections that prove
+ * nothing (garbage; a HELLO claiming to be its parent, without the key) does
+ * not join: it connects to nobody (neither its parent nor its child, whose
+ * ports a spy listener holds) and ends with ENOTCONN at its deadline. */
+START_TEST(wake_forged_refused)
+{
+    unsigned char kjob[SH_KEY_LEN], bad[SH_KEY_LEN];
+    uint64_t job = (uint64_t)getpid() * 100 + 13;
+    uint16_t base = test_port(13), port = 0, spy_port = 0;
+    struct sh_hs_ident forger = { job, 0, 0, false };
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    struct pollfd pfd;
+    struct sh_chan chan;
+    char buf[256];
+    int status = 0, lfd, spy, fd;
+    pid_t pid;
+
+    memset(kjob, 0x77, sizeof(kjob));
+    memset(bad, 0x66, sizeof(bad));
+    lfd = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &port);
+    ck_assert_int_ge(lfd, 0);
+    /* the next port of the sequence: where node 1 would look for its parent
+     * (node 0) and poke its child (node 3), all on 127.0.0.1 */
+    spy = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &spy_port);
+    ck_assert_int_ge(spy, 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sh_ctl_cfg cfg = {
+            .nnodes = 4, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
+            .bind_addr = "127.0.0.1", .port_base = base, .port_range = 48,
+            .port_probe = 48, .jobid = job, .kjob = kjob, .hs_timeout_ns = SH_NS_PER_S,
+            .inherit_listener = true, .listen_fd = lfd, .wait_wake = true,
+        };
+        struct sh_ctl *ctl = NULL;
+        int rc;
+
+        alarm(20);
+        close(spy);
+        rc = sh_ctl_join(&cfg, sh_now_ns() + 3 * SH_NS_PER_S, &ctl);
+        _exit(rc == -1 && errno == ENOTCONN && ctl == NULL ? 0 : 1);
+    }
+    close(lfd);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(port);
+    /* garbage: closed by the agent */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_gt(write(fd, "GET / HTTP/1.0\r\n\r\n", 18), 0);
+    pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+    ck_assert_int_eq(poll(&pfd, 1, 2000), 1);
+    ck_assert_int_le(read(fd, buf, sizeof(buf)), 0);
+    close(fd);
+    /* a forged wake-up: node 0's HELLO without the key. The agent proves
+     * first; the forger cannot check that proof nor make its own. */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(sh_hs_client(fd, bad, &forger, 1, "sentinel",
+                                  sh_now_ns() + 2 * SH_NS_PER_S, &chan), -1);
+    ck_assert_int_eq(errno, EACCES);
+    close(fd);
+    /* a connection that sends nothing and closes at once (the old wake-up) */
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    close(fd);
+    /* nothing reaches the parent's or the child's port until it gave up */
+    pfd = (struct pollfd){ .fd = spy, .events = POLLIN };
+    ck_assert_int_eq(poll(&pfd, 1, 3500), 0);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
+    close(spy);
+}
+END_TEST
+
 /* A sentinel that nothing wakes stays a sentinel: its descriptor, handed to
  * sh_ctl_join after all, must be a listener on one of the step's ports. */
 START_TEST(adopt_listener_checked)
@@ -681,6 +802,9 @@ int main(void)
     tcase_add_test(tc, tree_port_bound_not_listening);
     tcase_add_test(tc, tree_sentinels_woken);
     tcase_add_test(tc, adopt_listener_checked);
+    tcase_add_test(tc, wake_parent_accepted);
+    tcase_add_test(tc, wake_forged_refused);
+    tcase_add_test(tc, tree_sentinels_port_taken);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }
