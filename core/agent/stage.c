@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
@@ -105,6 +104,11 @@ struct agent {
     int n_mpi_env;
     int64_t deadline;
     struct sh_ctl *ctl;
+    /* Control-plane listeners bound by root before the privilege drop
+     * (bind_listeners), -1 when none: the job's tree (unless a sentinel
+     * handed one over) and each image's engine tree. */
+    int listener;
+    int sub_listener[SH_SPEC_MAX_IMAGES];
     FILE *out;               /* the pipe to the plugin */
     /* outcome */
     bool failed;
@@ -435,6 +439,60 @@ static bool mpi_env_has(const struct agent *a, const char *key)
  * in the way of the default directory is recorded in @a->dflt_error, logged
  * for the administrator, and becomes this node's vote for the images that
  * use it (stage_image_run), so the job fails with it on every node. */
+/* The control-tree step id of image @img's engine tree: a tree of its own
+ * per image, on ports of its own. */
+static uint64_t image_tree_step(const struct agent *a, size_t img)
+{
+    return a->in.stepid ^ ((uint64_t)(img + 1) << 40);
+}
+
+/* Bind, as root, every control-plane listener this staging may need: the
+ * job's tree (unless the sentinel handed its listener over) and one per
+ * image for its engine tree (which forms after the vote: a node that does
+ * not take part closes its listener then). The ports are privileged
+ * (stagehand.8 CONFIGURATION: port_base), so only root can hold one: no
+ * user's process can deny a job its control plane (issue 30), and after the
+ * drop the agent keeps no capability. Returns 0, or -1 with the reason in
+ * @err and errno (EADDRINUSE: every probed port is held, by root). */
+static int bind_listeners(struct agent *a, char *err, size_t errlen)
+{
+    uint32_t probe = sh_ctl_default_probe(a->cfg.port_range);
+    uint16_t port = 0;
+
+    if (!a->in.have_listener) {
+        a->listener = sh_ctl_bind(NULL, a->in.jobid, a->in.stepid, a->cfg.port_base,
+                                  a->cfg.port_range, probe, 128, &port);
+        if (a->listener < 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < sh_spec_set_count(a->specs); i++) {
+        a->sub_listener[i] = sh_ctl_bind(NULL, a->in.jobid, image_tree_step(a, i),
+                                         a->cfg.port_base, a->cfg.port_range, probe, 128,
+                                         &port);
+        if (a->sub_listener[i] < 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    {
+        int e = errno;
+
+        snprintf(err, errlen, "no free control-plane port among %u ports of %u-%u: %s",
+                 probe, a->cfg.port_base, a->cfg.port_base + a->cfg.port_range - 1,
+                 strerror(e));
+        errno = e;
+    }
+    return -1;
+}
+
+/* Close the listener of image @img's engine tree, if still held. */
+static void close_sub_listener(struct agent *a, size_t img)
+{
+    if (a->sub_listener[img] >= 0)
+        close(a->sub_listener[img]);
+    a->sub_listener[img] = -1;
+}
+
 static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;
@@ -472,6 +530,8 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
 
     if (load_mpi_env(a, err, errlen) != 0)
         return -1;
+    if (bind_listeners(a, err, errlen) != 0)
+        return -1;
     if (sh_key_load_site(a->cfg.key_file, &site) != 0) {
         snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
         return -1;
@@ -486,62 +546,36 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
     return 0;
 }
 
-/* Make CAP_NET_BIND_SERVICE the only capability left (effective and
- * permitted; none inheritable, so the engine it execs has none). Returns 0,
- * or -1 with errno of capset(2)/capget(2), EPERM when another one is left. */
-static int keep_only_bind_cap(void)
+/* Does this process hold no capability at all (permitted, effective,
+ * inheritable; capget(2))? */
+static bool no_capabilities(void)
 {
     struct __user_cap_header_struct hdr = { _LINUX_CAPABILITY_VERSION_3, 0 };
     struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
-    const uint32_t bit = 1u << (CAP_NET_BIND_SERVICE & 31);
-    const int word = CAP_NET_BIND_SERVICE >> 5;
 
-    memset(data, 0, sizeof(data));
-    data[word].effective = data[word].permitted = bit;
-    if (syscall(SYS_capset, &hdr, data) != 0 || syscall(SYS_capget, &hdr, data) != 0)
-        return -1;
-    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++) {
-        uint32_t want = i == word ? bit : 0;
-
-        if (data[i].permitted != want || data[i].effective != want ||
-            data[i].inheritable != 0) {
-            errno = EPERM;
-            return -1;
-        }
-    }
-    return 0;
+    memset(data, 0xff, sizeof(data));
+    if (syscall(SYS_capget, &hdr, data) != 0)
+        return false;
+    for (int i = 0; i < _LINUX_CAPABILITY_U32S_3; i++)
+        if (data[i].permitted != 0 || data[i].effective != 0 || data[i].inheritable != 0)
+            return false;
+    return true;
 }
 
-/* initgroups, setgid, setuid, then verify that root cannot be regained. The
- * agent keeps one capability, CAP_NET_BIND_SERVICE: the control-plane ports
- * are privileged (below 1024, stagehand.8 CONFIGURATION), so that no user's
- * process can take a job's port and fail its staging (issue 30), and the
- * agent binds its listeners after the drop (the engine's trees, one per
- * image, form after the vote). Nothing else of root is kept; the user cannot
- * ptrace or read the memory of a process holding a capability it lacks, and
- * the engine the agent execs has none (no file or ambient capabilities). */
+/* initgroups, setgid, setuid, then verify that root cannot be regained and
+ * that no capability is left: every listener was bound before
+ * (bind_listeners), so the user part needs nothing of root. */
 static int drop_privileges(const struct agent *a, char *err, size_t errlen)
 {
-    bool keep = a->in.uid != 0;
-
-    if (keep && prctl(PR_SET_KEEPCAPS, 1L, 0L, 0L, 0L) != 0) {
-        snprintf(err, errlen, "prctl(PR_SET_KEEPCAPS): %s", strerror(errno));
-        return -1;
-    }
     if (initgroups(a->in.user, a->in.gid) != 0 || setgid(a->in.gid) != 0 ||
         setuid(a->in.uid) != 0) {
         snprintf(err, errlen, "cannot become %s (uid %u): %s", a->in.user,
                  (unsigned)a->in.uid, strerror(errno));
         return -1;
     }
-    if (keep && (keep_only_bind_cap() != 0 ||
-                 prctl(PR_SET_KEEPCAPS, 0L, 0L, 0L, 0L) != 0)) {
-        snprintf(err, errlen, "cannot keep only CAP_NET_BIND_SERVICE for the "
-                 "control-plane ports: %s", strerror(errno));
-        return -1;
-    }
     if (getuid() != a->in.uid || geteuid() != a->in.uid || getgid() != a->in.gid ||
-        getegid() != a->in.gid || (a->in.uid != 0 && setuid(0) == 0)) {
+        getegid() != a->in.gid ||
+        (a->in.uid != 0 && (setuid(0) == 0 || !no_capabilities()))) {
         snprintf(err, errlen, "privilege drop to uid %u did not take", (unsigned)a->in.uid);
         return -1;
     }
@@ -802,8 +836,12 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     cc.port_base = a->cfg.port_base;
     cc.port_range = a->cfg.port_range;
     cc.jobid = a->in.jobid;
-    cc.stepid = a->in.stepid ^ ((uint64_t)(img + 1) << 40); /* a tree of its own per image */
+    cc.stepid = image_tree_step(a, img);
     cc.kjob = a->kjob;
+    /* The listener root bound for this tree (bind_listeners): the tree's now. */
+    cc.inherit_listener = a->sub_listener[img] >= 0;
+    cc.listen_fd = a->sub_listener[img];
+    a->sub_listener[img] = -1;
     if (sh_ctl_join(&cc, a->deadline, &sub) != 0) {
         snprintf(err, errlen, "engine control tree: %s", strerror(errno));
         goto out;
@@ -1738,6 +1776,7 @@ static void stage_image(struct agent *a, size_t img)
     bool failed_before = a->failed;
 
     stage_image_run(a, img);
+    close_sub_listener(a, img); /* a node outside the image's engine tree */
     if (!failed_before && a->failed)
         sh_claim_remove(a->rundir, img);
 }
@@ -1748,6 +1787,10 @@ int sh_agent_prolog_main(void)
     char err[SH_STATUS_LINE_MAX];
     int64_t t_start = now_ns(), t_setup = 0;
     int out_fd, devnull;
+
+    a.listener = -1;
+    for (size_t i = 0; i < SH_SPEC_MAX_IMAGES; i++)
+        a.sub_listener[i] = -1;
 
     /* Our stdout is the pipe to the plugin; keep it private to the protocol
      * and give fd 1 to /dev/null so nothing else can write into it. */
@@ -1845,8 +1888,10 @@ int sh_agent_prolog_main(void)
         cc.jobid = a.in.jobid;
         cc.stepid = a.in.stepid;
         cc.kjob = a.kjob;
-        cc.inherit_listener = a.in.have_listener;
-        cc.listen_fd = a.in.listener;
+        /* The listener root bound (bind_listeners), or the sentinel's. */
+        cc.inherit_listener = true;
+        cc.listen_fd = a.in.have_listener ? a.in.listener : a.listener;
+        a.listener = -1; /* the tree's now */
         /* A sentinel started us for a connection whatever it was: join
          * only once a peer proves the job key (issue 30 item 7). */
         cc.wait_wake = a.in.have_listener;
@@ -1890,6 +1935,10 @@ done:
         sh_error("stage", "%s", a.message);
     report(&a);
     sh_ctl_close(a.ctl);
+    if (a.listener >= 0)
+        close(a.listener);
+    for (size_t i = 0; i < SH_SPEC_MAX_IMAGES; i++)
+        close_sub_listener(&a, i);
     sh_key_wipe(a.kjob, sizeof(a.kjob));
     sh_spec_set_free(a.specs);
     if (a.names != NULL)

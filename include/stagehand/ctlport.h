@@ -6,9 +6,11 @@
  *
  * Why no user can deny a job its control plane (issue 30 item 2): the range
  * is privileged (below ip_unprivileged_port_start), so only processes with
- * CAP_NET_BIND_SERVICE can bind a port of it: the sentinel (root) and the
- * agent (which keeps that one capability after dropping to the job user, and
- * cannot be ptraced by that user for it). Every port a job's probing finds
+ * CAP_NET_BIND_SERVICE can bind a port of it, and every listener of a
+ * staging is bound by root: by the sentinel, or by the agent before it drops
+ * to the job user (its job tree's and one per image for the engine trees;
+ * core/agent/stage.c bind_listeners), after which it holds no capability.
+ * Every port a job's probing finds
  * taken is therefore held by root (another job's agent or sentinel, or a
  * site service), which a user cannot arrange; a user's process can only
  * connect, and a connection proves nothing without K_job (handshake.h). */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 6 security (DESIGN.md §5): during a staging, on every node the
 # engine, its PMIx host and the agent run as the job user (real, effective,
-# saved and filesystem uid and gid; the user's own groups), never as root;
+# saved and filesystem uid and gid; the user's own groups; no capability:
+# issue 30 item 2), never as root;
 # every file the staging writes belongs to the job user: DST, its lock file,
 # the directories created for it, and the per-user default directory (the
 # components above it stay root's 0755, the user's own is 0700); the runtime
@@ -88,7 +89,7 @@ for n in $MINICLUSTER_NODES; do
         h=$(ps -o ppid= -p $e | tr -d " "); a=$(ps -o ppid= -p $h | tr -d " ")
         for p in $e $h $a; do
             echo "pid $p $(ps -o user=,comm= -p $p)"
-            grep -E "^(Uid|Gid|Groups):" /proc/$p/status
+            grep -E "^(Uid|Gid|Groups|CapPrm|CapEff|CapInh|CapAmb):" /proc/$p/status
         done
         echo "host $h"
         ss -Hltnp | grep -E "pid=($h|$a)," | sed "s/^/listen /"
@@ -114,6 +115,9 @@ for n in $MINICLUSTER_NODES; do
         [ "$(awk '/^Groups:/ {for (i = 2; i <= NF; i++) print $i}' <<<"$st" | sort -n | tr '\n' ' ')" = "$groups" ] ||
             fail "$n: $comm (pid $p) has groups other than the user's: $(grep Groups <<<"$st")"
         [ "$who" = "$user" ] || fail "$n: ps says $comm (pid $p) runs as $who"
+        # no capability left either (the listeners were bound before the drop)
+        [ "$(awk '/^Cap(Prm|Eff|Inh|Amb):/ {print $2}' <<<"$st" | sort -u)" = 0000000000000000 ] ||
+            fail "$n: $comm (pid $p) holds capabilities: $(grep -E '^Cap' <<<"$st" | tr '\n' ' ')"
         seen=$((seen + 1))
     done < <(grep '^pid ' <<<"$sn")
     # the job's runtime directory and PMIx directory: the user's, 0700

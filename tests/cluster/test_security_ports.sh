@@ -2,8 +2,8 @@
 # Issue 30 item 2 (security): another user cannot make a job's staging fail
 # by binding its control-plane ports. The ports are privileged (default
 # [300, 500), below the kernel's ip_unprivileged_port_start), bound by root
-# (the sentinel) or by the agent, which keeps only CAP_NET_BIND_SERVICE; a
-# port another root service holds is probed past.
+# (the sentinel, or the agent before it drops to the job user: it keeps no
+# capability); a port another root service holds is probed past.
 #
 # The attacker ($MINICLUSTER_OTHER_USER) holds, on every node, every port of
 # the configured range (and of the pre-issue-30 default range [7300, 8300),
