@@ -478,7 +478,8 @@ fail:
         int e = errno;
 
         snprintf(err, errlen, "no free control-plane port among %u ports of %u-%u: %s",
-                 probe, a->cfg.port_base, a->cfg.port_base + a->cfg.port_range - 1,
+                 probe, (unsigned)a->cfg.port_base,
+                 (unsigned)a->cfg.port_base + a->cfg.port_range - 1u,
                  strerror(e));
         errno = e;
     }
