@@ -107,6 +107,13 @@ echo "ok: slurmd start logs $attacker's /nvme/stage for the administrator and le
 # The administrator removes it; the next slurmd start makes root's.
 on_node "$node" rm -rf /nvme/stage
 "$MINICLUSTER" restart-slurmd "$node" >/dev/null || fail "cannot restart slurmd on $node"
+# restart-slurmd returns once slurmctld sees the node up, which it may still
+# do from before the restart: wait (bounded) until the new slurmd has run the
+# plugin's start-up.
+for _ in $(seq 1 50); do
+    on_node "$node" test -e /nvme/stage && break
+    sleep 0.2
+done
 got=$(on_node "$node" stat -c '%U %a %F' /nvme/stage 2>&1)
 [ "$got" = "root 755 directory" ] || fail "after slurmd start /nvme/stage is '$got', not root's 0755 directory"
 on_node_as_other "$node" mkdir /nvme/stage/"$MINICLUSTER_USER" 2>/dev/null &&
