@@ -178,3 +178,40 @@ assert_stopped_staging_clean() {
     [ -z "$left" ] || fail "temp files left after $what: $left"
     assert_no_drain
 }
+
+# The cluster's plugstack.conf, which a test may change for its own jobs
+# (plugstack_save, plugstack_add, plugstack_restore).
+plugstack=$MINICLUSTER_STATE/etc/plugstack.conf
+plugstack_saved=""
+
+# Restart every node's slurmd: a slurmd reads plugstack.conf when it starts.
+restart_slurmds() {
+    local n
+    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
+}
+
+# Keep plugstack.conf as it is for plugstack_restore; call it before a change.
+plugstack_save() {
+    plugstack_saved=$(mktemp) && cp -p "$plugstack" "$plugstack_saved"
+}
+
+# Put the saved plugstack.conf back and restart the slurmds if it had been
+# changed (in a test's cleanup trap).
+plugstack_restore() {
+    [ -n "$plugstack_saved" ] || return 0
+    if ! cmp -s "$plugstack_saved" "$plugstack"; then
+        cp -p "$plugstack_saved" "$plugstack"
+        restart_slurmds
+    fi
+    rm -f "$plugstack_saved"
+    plugstack_saved=""
+}
+
+# plugstack_add ARGS: append plugin arguments (e.g. on_node_fault=drain) to
+# stagehand's line and restart the slurmds; fails the test when it cannot.
+plugstack_add() {
+    grep -q '^required .*stagehand\.so' "$plugstack" || fail "unexpected $plugstack: $(cat "$plugstack")"
+    sed -i "s|^\(required .*stagehand\.so.*\)\$|\1 $*|" "$plugstack"
+    grep -qF -- " $*" "$plugstack" || fail "could not add '$*' to $plugstack"
+    restart_slurmds || fail "cannot restart the slurmds"
+}

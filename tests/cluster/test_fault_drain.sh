@@ -20,17 +20,10 @@ mnt=/nvme/$tok
 dst=$mnt/img
 src=/shared/$tok.img
 out=/shared/$tok.out
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    cp -p "$saved" "$plug" && rm -f "$saved"
-    restart_all
+    plugstack_restore
     scontrol update nodename="$victim" state=resume 2>/dev/null
     on_node "$victim" sh -c "mountpoint -q $mnt && umount -l $mnt" 2>/dev/null
     rm -f "$src" "$out"
@@ -38,10 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 
 make_user_file "$src" 4 || fail "cannot create $src"
 for n in $MINICLUSTER_NODES; do on_node_as_user "$n" mkdir -p "$mnt" || fail "$n: mkdir"; done

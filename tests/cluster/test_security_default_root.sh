@@ -25,20 +25,13 @@ asrc=/shared/$tok.other.img
 out=/shared/$tok.out
 aout=/shared/$tok.other.out
 aside=/nvme/.stage.$tok
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
 moved=""
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     # the node's own /nvme/stage (other tests' default destinations) back
     [ -z "$moved" ] || on_node "$node" sh -c "rm -rf /nvme/stage && { [ ! -e '$aside' ] || mv '$aside' /nvme/stage; }"
-    cp -p "$saved" "$plug" && rm -f "$saved"
-    restart_all
+    plugstack_restore
     scontrol update nodename="$node" state=resume 2>/dev/null
     rm -f "$src" "$asrc" "$out" "$aout"
 }
@@ -65,9 +58,7 @@ job_fails() {
     echo "$id $st $((SECONDS - t0))"
 }
 
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 make_user_file "$src" 1 || fail "cannot create $src"
 as_other sh -c "head -c 65536 /dev/urandom >'$asrc' && chmod 0644 '$asrc'" || fail "cannot create $asrc"
 
@@ -116,6 +107,13 @@ echo "ok: slurmd start logs $attacker's /nvme/stage for the administrator and le
 # The administrator removes it; the next slurmd start makes root's.
 on_node "$node" rm -rf /nvme/stage
 "$MINICLUSTER" restart-slurmd "$node" >/dev/null || fail "cannot restart slurmd on $node"
+# restart-slurmd returns once slurmctld sees the node up, which it may still
+# do from before the restart: wait (bounded) until the new slurmd has run the
+# plugin's start-up.
+for _ in $(seq 1 50); do
+    on_node "$node" test -e /nvme/stage && break
+    sleep 0.2
+done
 got=$(on_node "$node" stat -c '%U %a %F' /nvme/stage 2>&1)
 [ "$got" = "root 755 directory" ] || fail "after slurmd start /nvme/stage is '$got', not root's 0755 directory"
 on_node_as_other "$node" mkdir /nvme/stage/"$MINICLUSTER_USER" 2>/dev/null &&

@@ -22,21 +22,11 @@ src=/shared/$tok.img
 out=/shared/$tok.out
 dst=/nvme/$tok
 lock=/nvme/.$tok.lock
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-changed=""
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    if [ -n "$changed" ]; then
-        cp -p "$saved" "$plug"
-        restart_all
-    fi
-    rm -f "$saved" "$src" "$out"
+    plugstack_restore
+    rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst" "$lock"; done
 }
 trap cleanup EXIT
@@ -69,11 +59,7 @@ msg=$(attempt "(a)") || { echo "$msg"; exit 1; }
 echo "ok: (a) planted lock: job failed, message: $msg"
 assert_no_drain
 
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
-changed=1
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 msg=$(attempt "(b)") || { echo "$msg"; exit 1; }
 assert_no_drain
 echo "ok: (b) under on_node_fault=drain: job failed naming the lock and its owner, no node drained"

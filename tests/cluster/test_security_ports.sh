@@ -21,8 +21,7 @@ source "$(dirname "$0")/faultlib.sh"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 2 ] || skip "needs 2 nodes"
 command -v python3 >/dev/null || skip "python3 is needed for the attacker"
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-line=$(grep '^required .*stagehand\.so' "$plug") || fail "no stagehand line in $plug"
+line=$(grep '^required .*stagehand\.so' "$plugstack") || fail "no stagehand line in $plugstack"
 base=$(grep -oE 'port_base=[0-9]+' <<<"$line" | cut -d= -f2)
 range=$(grep -oE 'port_range=[0-9]+' <<<"$line" | cut -d= -f2)
 base=${base:-300}
@@ -33,22 +32,14 @@ dst=/nvme/$tok/img
 src=/shared/$tok.img
 out=/shared/$tok.out
 tool=/shared/$tok.py
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 hog_pids=()
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     touch "/shared/$tok.stop"
     for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null; done
-    if ! cmp -s "$saved" "$plug"; then
-        cp -p "$saved" "$plug"
-        restart_all
-    fi
-    rm -f "$saved" "$src" "$out" "$tool" /shared/"$tok".*
+    plugstack_restore
+    rm -f "$src" "$out" "$tool" /shared/"$tok".*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
@@ -85,9 +76,7 @@ run_victim() {
 }
 run_victim "on_node_fault as configured"
 
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 run_victim "on_node_fault=drain"
 
 # the privileged range was refused to the attacker everywhere (EACCES)

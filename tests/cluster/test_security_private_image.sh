@@ -24,21 +24,11 @@ tag=sec-priv.$$
 src=/shared/$tok.img
 src2=/shared/$tok.grp.img
 out=/shared/$tok.out
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-changed=""
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    if [ -n "$changed" ]; then
-        cp -p "$saved" "$plug"
-        restart_all
-    fi
-    rm -f "$saved" "$src" "$src2" "$out"
+    plugstack_restore
+    rm -f "$src" "$src2" "$out"
     for n in $MINICLUSTER_NODES; do
         on_node "$n" rm -rf "/nvme/$tok" "/nvme/$tok.d" "/nvme/$tok.s"
     done
@@ -133,11 +123,7 @@ assert_staged_everywhere "$src2" "$dst3"
 echo "ok: (d) a step's staging under srun's umask 077: DST 0600, created dir 0700"
 
 # (e) the same attack under on_node_fault=drain: staged, private, nothing drained
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
-changed=1
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 st=$(stage "$dst" "$src" 077)
 [ "$st" = COMPLETED ] || fail "(e) job ended $st: $(cat "$out")"

@@ -19,18 +19,11 @@ src=/shared/$tok.img
 dst=/nvme/$tok/img
 out=/shared/$tok.out
 script=/shared/$tok.sh
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
 id=""
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    cp -p "$saved" "$plug" && rm -f "$saved"
-    restart_all
+    plugstack_restore
     rm -f "$src" "$out" "$script"
     for n in $MINICLUSTER_NODES; do
         on_node "$n" rm -rf "/nvme/$tok" "/tmp/$tok.outside" ${id:+"/run/stagehand/$id"}
@@ -38,9 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 make_user_file "$src" 1 || fail "cannot create $src"
 # outside the runtime directory, on each node: the user's own directory
 # with a file (what a root walk that followed a link would remove)

@@ -24,25 +24,16 @@ dst1=/nvme/$tok/one
 dst2=/nvme/$tok/two
 out=/shared/$tok.out
 script=/shared/$tok.sh
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    cp -p "$saved" "$plug" && rm -f "$saved"
-    restart_all
+    plugstack_restore
     rm -f "$src" "$out" "$script"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
 
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 make_user_file "$src" 2 || fail "cannot create $src"
 want=$(sha256sum "$src" | cut -d' ' -f1)
 read -r n1 n2 n3 _ <<<"$MINICLUSTER_NODES"

@@ -26,8 +26,7 @@ k=${#nodes[@]}
 command -v python3 >/dev/null || skip "python3 is needed for the attacker"
 target=${nodes[$((k - 1))]}
 attacker=${nodes[1]}
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-line=$(grep '^required .*stagehand\.so' "$plug") || fail "no stagehand line in $plug"
+line=$(grep '^required .*stagehand\.so' "$plugstack") || fail "no stagehand line in $plugstack"
 base=$(grep -oE 'port_base=[0-9]+' <<<"$line" | cut -d= -f2)
 range=$(grep -oE 'port_range=[0-9]+' <<<"$line" | cut -d= -f2)
 tok=swake$$
@@ -36,19 +35,11 @@ dst=/nvme/$tok/img
 src=/shared/$tok.img
 out=/shared/$tok.out
 tool=/shared/$tok.py
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    if ! cmp -s "$saved" "$plug"; then
-        cp -p "$saved" "$plug"
-        restart_all
-    fi
-    rm -f "$saved" "$src" "$out" "$tool"
+    plugstack_restore
+    rm -f "$src" "$out" "$tool"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
@@ -121,9 +112,7 @@ round() {
 }
 round "on_node_fault as configured"
 
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 round "on_node_fault=drain"
 assert_no_drain
 echo "ok: sentinel wake-ups that prove nothing wake no node; legitimate ones work"
