@@ -480,6 +480,20 @@ static int spawn_engine(const struct sh_pmix_cfg *cfg, char **env, struct engine
             dup2(errpipe[1], 3);
         fcntl(3, F_SETFD, FD_CLOEXEC);
         syscall(SYS_close_range, 4U, ~0U, 0U);
+        /* The engine starts with the crash signals blocked, so that one
+         * its user sends before its handler exists waits for that handler,
+         * which tells it from a real crash (engine guard.c, issue 30). */
+        {
+            sigset_t set;
+
+            sigemptyset(&set);
+            sigaddset(&set, SIGSEGV);
+            sigaddset(&set, SIGBUS);
+            sigaddset(&set, SIGFPE);
+            sigaddset(&set, SIGILL);
+            sigaddset(&set, SIGABRT);
+            sigprocmask(SIG_BLOCK, &set, NULL);
+        }
         execve(cfg->argv[0], (char *const *)(uintptr_t)cfg->argv, env);
         err = errno;
         if (write(3, &err, sizeof(err)) < 0)
@@ -636,6 +650,9 @@ static size_t describe_node(const struct sh_pmix_cfg *cfg, const struct sh_ctl_e
         else if (WIFSIGNALED(st))
             n = snprintf(msg + used, len - used, "%s%s: engine %s by signal %d", sep,
                          name, stopped ? "stopped" : "killed", WTERMSIG(st));
+        else if (WIFEXITED(st) && WEXITSTATUS(st) == SH_ENGINE_EXIT_KILLED)
+            n = snprintf(msg + used, len - used, "%s%s: engine killed by a crash signal "
+                         "a user's process sent (not a crash)", sep, name);
         else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
             n = snprintf(msg + used, len - used, "%s%s: engine exited with status %d",
                          sep, name, WEXITSTATUS(st));
