@@ -932,9 +932,8 @@ again:
             char line[256];
 
             engine_killed_line(logpath, line, sizeof(line));
-            snprintf(err, errlen, "engine %s (a crash signal from a user's process: "
-                     "no crash, not a node fault)",
-                     line[0] != '\0' ? line : "killed by a crash signal a user's process sent");
+            snprintf(err, errlen, "engine %s", line[0] != '\0' ? line :
+                     "killed by a crash signal a user's process sent, not a crash");
             sh_error("stage", "job %" PRIu64 " user %s: %s: the engine on this node was %s "
                      "(a crash signal from a user's process: the job's failure, not the "
                      "node's)", a->in.jobid, a->in.user, sh_spec_set_dst(a->specs, img),

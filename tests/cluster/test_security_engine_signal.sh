@@ -69,7 +69,7 @@ signal_engine() {
     echo "$sig: sent by the job user to the engine on $node (pid $pid) after $((io / 1048576)) MiB"
     st=$(wait_job_end "$id" 60)
     [ "$st" = FAILED ] || fail "$sig: job $id ended $st, expected FAILED ($(sinfo -h -R); $(cat "$out" 2>/dev/null))"
-    grep -qE "stagehand: --stage-image failed: image $dst: .*$node: engine killed by signal $sig sent by pid [0-9]+ of uid $uid" "$out" ||
+    grep -qE "stagehand: --stage-image failed: image $dst: .*$node: engine killed by signal SIG$sig sent by pid [0-9]+ of uid $uid, not a crash" "$out" ||
         fail "$sig: the message does not name $node, the signal and its sender: $(cat "$out")"
     ! grep -q script-ran "$out" || fail "$sig: the batch script ran without its image"
     # one engine per node, started once: no restart after the signal
