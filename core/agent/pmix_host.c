@@ -480,20 +480,6 @@ static int spawn_engine(const struct sh_pmix_cfg *cfg, char **env, struct engine
             dup2(errpipe[1], 3);
         fcntl(3, F_SETFD, FD_CLOEXEC);
         syscall(SYS_close_range, 4U, ~0U, 0U);
-        /* The engine starts with the crash signals blocked, so that one
-         * its user sends before its handler exists waits for that handler,
-         * which tells it from a real crash (engine guard.c, issue 30). */
-        {
-            sigset_t set;
-
-            sigemptyset(&set);
-            sigaddset(&set, SIGSEGV);
-            sigaddset(&set, SIGBUS);
-            sigaddset(&set, SIGFPE);
-            sigaddset(&set, SIGILL);
-            sigaddset(&set, SIGABRT);
-            sigprocmask(SIG_BLOCK, &set, NULL);
-        }
         execve(cfg->argv[0], (char *const *)(uintptr_t)cfg->argv, env);
         err = errno;
         if (write(3, &err, sizeof(err)) < 0)

@@ -45,7 +45,7 @@ want=$(md5sum "$src" | cut -d' ' -f1)
 
 # The attacker fills /nvme on $full with a file of its own.
 avail=$(on_node "$full" df --output=avail -B1 /nvme | tail -1 | tr -d ' ')
-[ -n "$avail" ] && [ "$avail" -gt 0 ] || fail "cannot read the free space of $full:/nvme"
+[ "${avail:-0}" -gt 0 ] || fail "cannot read the free space of $full:/nvme"
 on_node_as_other "$full" fallocate -l "$avail" "$filler" ||
     on_node_as_other "$full" dd if=/dev/zero of="$filler" bs=1M status=none 2>/dev/null
 left=$(on_node "$full" df --output=avail -B1 /nvme | tail -1 | tr -d ' ')
