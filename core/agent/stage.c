@@ -1543,7 +1543,7 @@ static void stage_image_run(struct agent *a, size_t img)
 
         if (text == NULL) {
             free(plan);
-            set_failure(a, true, "out of memory");
+            set_failure(a, false, "out of memory on %s", a->in.nodename); /* not a node fault */
             return;
         }
         memcpy(text, plan, plen);
@@ -1565,7 +1565,7 @@ static void stage_image_run(struct agent *a, size_t img)
         part = calloc(a->nnodes, sizeof(*part));
         if (part == NULL) {
             free(text);
-            set_failure(a, true, "out of memory");
+            set_failure(a, false, "out of memory on %s", a->in.nodename); /* not a node fault */
             return;
         }
         for (char *tok = strtok(text + 4, " "); tok != NULL; tok = strtok(NULL, " ")) {

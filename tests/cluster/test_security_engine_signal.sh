@@ -69,6 +69,13 @@ signal_engine() {
     echo "$sig: sent by the job user to the engine on $node (pid $pid) after $((io / 1048576)) MiB"
     st=$(wait_job_end "$id" 60)
     [ "$st" = FAILED ] || fail "$sig: job $id ended $st, expected FAILED ($(sinfo -h -R); $(cat "$out" 2>/dev/null))"
+    # the job's output file, written by its batch step on $reader, can come
+    # a moment after the job's end
+    for _ in $(seq 1 50); do
+        grep -qE "stagehand: --stage-image failed: image $dst: .*$node: engine killed by signal SIG$sig sent by pid [0-9]+ of uid $uid, not a crash" "$out" 2>/dev/null &&
+            break
+        sleep 0.2
+    done
     grep -qE "stagehand: --stage-image failed: image $dst: .*$node: engine killed by signal SIG$sig sent by pid [0-9]+ of uid $uid, not a crash" "$out" ||
         fail "$sig: the message does not name $node, the signal and its sender: $(cat "$out")"
     ! grep -q script-ran "$out" || fail "$sig: the batch script ran without its image"
