@@ -636,6 +636,9 @@ static size_t describe_node(const struct sh_pmix_cfg *cfg, const struct sh_ctl_e
         else if (WIFSIGNALED(st))
             n = snprintf(msg + used, len - used, "%s%s: engine %s by signal %d", sep,
                          name, stopped ? "stopped" : "killed", WTERMSIG(st));
+        else if (WIFEXITED(st) && WEXITSTATUS(st) == SH_ENGINE_EXIT_KILLED)
+            n = snprintf(msg + used, len - used, "%s%s: engine killed by a crash signal "
+                         "a user's process sent (not a crash)", sep, name);
         else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
             n = snprintf(msg + used, len - used, "%s%s: engine exited with status %d",
                          sep, name, WEXITSTATUS(st));

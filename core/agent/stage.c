@@ -284,6 +284,26 @@ static void owner_name(uid_t uid, char *buf, size_t len)
         snprintf(buf, len, "uid %u", (unsigned)uid);
 }
 
+/* errno of a node's own failure that means the node is unwell (DESIGN.md
+ * §3: a local I/O error, DST's filesystem read-only or corrupted, a device
+ * or mount gone), not the user's doing (permissions, quota, another run
+ * holding the lock). A full filesystem or memory pressure is no broken
+ * node: a user can fill a node's DST filesystem (or its memory, under
+ * tmpfs) with files of their own, so these are the job's errors
+ * (resource_errno; security issue 30). */
+static bool node_fault_errno(int e)
+{
+    return e == EROFS || e == EIO || e == EUCLEAN || e == ENODEV || e == ENXIO;
+}
+
+/* errno of a resource a node ran out of (DST's filesystem full, a quota,
+ * memory): the job's error, which the slurmd log also names for the
+ * administrator. */
+static bool resource_errno(int e)
+{
+    return e == ENOSPC || e == EDQUOT || e == ENOMEM;
+}
+
 /* Create the per-user default destination directory (e.g. /nvme/stage/alice)
  * as root: the directories above it root-owned 0755 (sh_root_dirs_make; the
  * plugin made the fixed part when slurmd started), the last the user's
@@ -291,8 +311,10 @@ static void owner_name(uid_t uid, char *buf, size_t len)
  * 0, or -1 with the reason in @err; *@user_fault is set when the cause is an
  * object a user made where root's directory goes, or a per-user directory
  * that is not the job user's: a job error that names the path and owner,
- * never a node fault (security issue 30 item 3); otherwise (the allowed
- * root missing, ENOSPC, EROFS, EIO) the node is at fault. */
+ * never a node fault (security issue 30 item 3), and so is a full
+ * filesystem or memory pressure (ENOSPC, EDQUOT, ENOMEM: a user can fill
+ * it); otherwise (the allowed root missing, EROFS, EIO) the node is at
+ * fault. */
 static int make_default_dir(const struct agent *a, const char *dir, char *err,
                             size_t errlen, bool *user_fault)
 {
@@ -331,8 +353,12 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
                      "does not use it: ask the administrator to remove it", bad.path,
                      bad.what != NULL ? bad.what : "not a root-owned directory", owner);
         } else {
-            snprintf(err, errlen, "default destination %s: %s: %s", dir,
-                     bad.path[0] != '\0' ? bad.path : root, strerror(e));
+            /* full or out of memory: the job's error (a user may fill it) */
+            *user_fault = resource_errno(e);
+            snprintf(err, errlen, "default destination %s: %s: %s%s", dir,
+                     bad.path[0] != '\0' ? bad.path : root, strerror(e),
+                     e == ENOMEM ? " (out of memory)" : resource_errno(e) ?
+                     " (the filesystem is full)" : "");
         }
         errno = e;
         return -1;
@@ -350,7 +376,10 @@ static int make_default_dir(const struct agent *a, const char *dir, char *err,
                  S_ISLNK(sb.st_mode) ? "a symbolic link" : S_ISDIR(sb.st_mode) ?
                  "a directory" : "not a directory", owner, a->in.user);
     } else if (nfd < 0) {
-        snprintf(err, errlen, "default destination %s: %s", dir, strerror(e));
+        *user_fault = resource_errno(e);
+        snprintf(err, errlen, "default destination %s: %s%s", dir, strerror(e),
+                 e == ENOMEM ? " (out of memory)" : resource_errno(e) ?
+                 " (the filesystem is full)" : "");
     }
     close(fd);
     if (nfd < 0) {
@@ -699,13 +728,27 @@ static void sweep_own_temps(const struct agent *a, const char *dst)
  * and MPI_Finalize's come after these. */
 #define MPI_INIT_FENCES 2
 
-/* errno of a node's own failure that means the node is unwell (DESIGN.md
- * §3: a local I/O error, DST's filesystem read-only or full, out of memory),
- * not the user's doing (permissions, quota, another run holding the lock). */
-static bool node_fault_errno(int e)
+/* The line our engine wrote to its log (@path) when a user's process sent
+ * it a crash signal (SH_ENGINE_EXIT_KILLED): what follows the engine's tag
+ * "[signal] ", up to the line's end, into @buf ("" when there is none). */
+static void engine_killed_line(const char *path, char *buf, size_t len)
 {
-    return e == EROFS || e == EIO || e == ENOSPC || e == EUCLEAN || e == ENOMEM ||
-           e == ENODEV || e == ENXIO;
+    static const char tag[] = "stagehand-bcast: [signal] ";
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strstr(line, tag);
+
+        if (p != NULL) {
+            p += sizeof(tag) - 1;
+            snprintf(buf, len, "%.*s", (int)strcspn(p, ";\n"), p);
+        }
+    }
+    fclose(f);
 }
 
 /* waitpid(2) status @st: killed by a signal that means a crash (not one
@@ -976,7 +1019,21 @@ again:
             attempt++;
             goto again;
         }
-        if (rc != 0) {
+        if (rc != 0 && po.local_status >= 0 && WIFEXITED(po.local_status) &&
+            WEXITSTATUS(po.local_status) == SH_ENGINE_EXIT_KILLED) {
+            /* a crash signal from a process of the user (the engine is
+             * theirs): the job's error, never a node fault, no restart */
+            char line[256];
+
+            engine_killed_line(logpath, line, sizeof(line));
+            snprintf(err, errlen, "engine %s", line[0] != '\0' ? line :
+                     "killed by a crash signal a user's process sent, not a crash");
+            sh_error("stage", "job %" PRIu64 " user %s: %s: the engine on this node was %s "
+                     "(a crash signal from a user's process: the job's failure, not the "
+                     "node's)", a->in.jobid, a->in.user, sh_spec_set_dst(a->specs, img),
+                     line[0] != '\0' ? line : "killed by a crash signal a user's process sent");
+            *outcome = false;
+        } else if (rc != 0) {
             /* this node's fault (on_node_fault): our own engine crashed, or
              * could not be executed here (exit 127: missing or broken
              * installation); a kill (deadline, a peer's failure) is not */
@@ -1213,10 +1270,12 @@ static void engine_failures(const char *json, char *buf, size_t len)
 
 /* Leader: the participants whose own failure in the engine's summary is a
  * node fault (class DEST with a node-fault errno: a source error or a
- * corrupted stream is never the receiving node's), as node indices "i,j" in
- * @buf ("" for none). Engine rank r is participant @part[r]. */
+ * corrupted stream is never the receiving node's, a full filesystem or
+ * memory pressure neither), as node indices "i,j" in @buf ("" for none);
+ * the latter are logged as errors naming the node (@names: every node's
+ * name by index). Engine rank r is participant @part[r]. */
 static void engine_node_faults(const char *json, const uint32_t *part, uint32_t npart,
-                               char *buf, size_t len)
+                               char *const *names, char *buf, size_t len)
 {
     const char *q = strstr(json, "\"node_results\"");
     size_t o = 0;
@@ -1233,6 +1292,12 @@ static void engine_node_faults(const char *json, const uint32_t *part, uint32_t 
         q = json_str(q, "error", error, sizeof(error));
         if (q == NULL)
             break;
+        if (error[0] != '\0' && cls == ENGINE_EXIT_DEST && resource_errno(err) && rank >= 0 &&
+            (uint64_t)rank < npart)
+            sh_error("stage", "node %s: %s: %s (the job's error, not a node fault: a "
+                     "user's files may fill DST's filesystem, or its memory under tmpfs)",
+                     names[part[rank]], err == ENOMEM ? "out of memory" :
+                     "DST's filesystem is full", error);
         if (error[0] == '\0' || strncmp(error, "not copied", 10) == 0 ||
             cls != ENGINE_EXIT_DEST || !node_fault_errno(err) || rank < 0 ||
             (uint64_t)rank >= npart)
@@ -1573,7 +1638,7 @@ static void stage_image_run(struct agent *a, size_t img)
 
         if (text == NULL) {
             free(plan);
-            set_failure(a, true, "out of memory");
+            set_failure(a, false, "out of memory on %s", a->in.nodename); /* not a node fault */
             return;
         }
         memcpy(text, plan, plen);
@@ -1595,7 +1660,7 @@ static void stage_image_run(struct agent *a, size_t img)
         part = calloc(a->nnodes, sizeof(*part));
         if (part == NULL) {
             free(text);
-            set_failure(a, true, "out of memory");
+            set_failure(a, false, "out of memory on %s", a->in.nodename); /* not a node fault */
             return;
         }
         for (char *tok = strtok(text + 4, " "); tok != NULL; tok = strtok(NULL, " ")) {
@@ -1627,7 +1692,7 @@ static void stage_image_run(struct agent *a, size_t img)
         json = engine_json(a, img);
         if (json[0] != '\0') {
             engine_failures(json, reason, sizeof(reason));
-            engine_node_faults(json, part, npart, faulty, sizeof(faulty));
+            engine_node_faults(json, part, npart, a->names, faulty, sizeof(faulty));
         }
         if (reason[0] != '\0')
             len = snprintf(buf, sizeof(buf), "fail %s", reason);

@@ -254,7 +254,8 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
             char need[32], have[32];
 
             sh_vote_error(v, ENOSPC, "not enough space for %s: needed %s "
-                          "(%llu bytes), free %s (%llu bytes)", o->dest,
+                          "(%llu bytes), free %s (%llu bytes): its filesystem is too "
+                          "full", o->dest,
                           sh_format_size(sched->size, need, sizeof(need)),
                           (unsigned long long)sched->size,
                           sh_format_size(v->free_bytes, have, sizeof(have)),

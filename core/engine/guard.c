@@ -4,6 +4,7 @@
 #include "guard.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,14 +51,98 @@ static void cleanup_at_exit(void)
  * file behind either: remove it, put back the handler that was installed
  * before ours (Open MPI's, which prints a backtrace, or the default) and
  * raise the signal again; it is delivered when this handler returns, so the
- * process still ends by that signal (core dump, the agent's crash check). */
+ * process still ends by that signal (core dump, the agent's crash check).
+ * A crash signal another process of a user sent (kill -SEGV by the job's
+ * user) is no crash: the engine leaves with SH_EXIT_KILLED instead, so that
+ * the agent never counts it as this node's fault (security issue 30). */
 static const int crash_signals[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT };
 static struct sigaction crash_prev[sizeof(crash_signals) / sizeof(crash_signals[0])];
+
+bool sh_guard_sent_by_user(const siginfo_t *info, pid_t self)
+{
+    if (info == NULL)
+        return false;       /* nothing to go by: as before, a crash */
+    if (info->si_code > 0)
+        return false;       /* the kernel's: a fault (no process can send these) */
+    /* Only kill(2) and tgkill(2) (SI_USER, SI_TKILL) carry a sender the
+     * kernel filled in; sigqueue(2)'s (SI_QUEUE and other codes <= 0) are
+     * whatever the sender wrote, so they never count as root's or ours. */
+    if (info->si_code == SI_USER || info->si_code == SI_TKILL)
+        return info->si_pid != self && info->si_uid != 0;
+    return true;
+}
+
+static const char *crash_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGFPE: return "SIGFPE";
+    case SIGILL: return "SIGILL";
+    case SIGABRT: return "SIGABRT";
+    default: return "a crash signal";
+    }
+}
+
+/* Append @s, then the decimal @v when @s is NULL; async-signal-safe. */
+static size_t put_str(char *buf, size_t len, size_t o, const char *s)
+{
+    while (*s != '\0' && o + 1 < len)
+        buf[o++] = *s++;
+    return o;
+}
+
+static size_t put_num(char *buf, size_t len, size_t o, long long v)
+{
+    char digits[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+
+    if (v < 0 && o + 1 < len)
+        buf[o++] = '-';
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0 && n < sizeof(digits));
+    while (n > 0 && o + 1 < len)
+        buf[o++] = digits[--n];
+    return o;
+}
+
+size_t sh_guard_killed_text(int sig, const siginfo_t *info, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    if (len == 0)
+        return 0;
+    o = put_str(buf, len, o, SH_GUARD_KILLED_TAG "killed by signal ");
+    o = put_str(buf, len, o, crash_name(sig));
+    if (info != NULL) {
+        o = put_str(buf, len, o, " sent by pid ");
+        o = put_num(buf, len, o, (long long)info->si_pid);
+        o = put_str(buf, len, o, " of uid ");
+        o = put_num(buf, len, o, (long long)info->si_uid);
+        if (info->si_code != SI_USER && info->si_code != SI_TKILL)
+            o = put_str(buf, len, o, " (as the sender wrote it: sigqueue)");
+    }
+    o = put_str(buf, len, o, ", not a crash; temp file removed, exiting\n");
+    buf[o] = '\0';
+    return o;
+}
 
 static void on_crash(int sig, siginfo_t *info, void *ctx)
 {
     (void)ctx;
     sh_publish_signal_cleanup(&sh_guard_pub);
+    if (sh_guard_sent_by_user(info, getpid())) {
+        char msg[256];
+        size_t n = sh_guard_killed_text(sig, info, msg, sizeof(msg));
+
+        if (write(STDERR_FILENO, msg, n) < 0) {
+            /* nothing left to report to */
+        }
+        _exit(SH_EXIT_KILLED);
+    }
     for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++) {
         if (crash_signals[i] == sig) {
             sigaction(sig, &crash_prev[i], NULL);
@@ -68,6 +153,13 @@ static void on_crash(int sig, siginfo_t *info, void *ctx)
      * again, with its own siginfo for the next handler; a sent signal does not. */
     if (sig == SIGABRT || info == NULL || info->si_code <= 0)
         raise(sig);
+}
+
+void sh_guard_block_crash_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++)
+        sigaddset(set, crash_signals[i]);
 }
 
 void sh_guard_install_signals(void)
@@ -90,6 +182,14 @@ void sh_guard_install_signals(void)
     for (size_t i = 0; i < sizeof(crash_signals) / sizeof(crash_signals[0]); i++)
         sigaction(crash_signals[i], &sa, &crash_prev[i]);
     atexit(cleanup_at_exit);
+    /* A crash signal sent while they were blocked (main() blocks them until
+     * now) reaches on_crash here, with its sender. */
+    {
+        sigset_t set;
+
+        sh_guard_block_crash_signals(&set);
+        sigprocmask(SIG_UNBLOCK, &set, NULL);
+    }
 }
 
 /* Backstop when the main thread is stuck outside our polling loops (inside

@@ -9,7 +9,10 @@
 
 #include <mpi.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "stagehand/publish.h"
 
@@ -32,9 +35,34 @@ extern char sh_guard_jobid[64];                /* SLURM_JOB_ID or "nojob" */
  * file: SIGTERM, SIGINT, SIGHUP (then re-raised with the default action) and
  * the crash signals SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT (then handed to
  * the handler installed before, e.g. Open MPI's backtrace); SIGPIPE is
- * ignored (a write to a dead peer fails with EPIPE instead). Call after
- * MPI_Init, which installs Open MPI's handlers (signal(7), sigaction(2)). */
+ * ignored (a write to a dead peer fails with EPIPE instead). A crash signal
+ * that another process of a user sent (sh_guard_sent_by_user) is no crash:
+ * the temp file is removed, a line starting with SH_GUARD_KILLED_TAG goes to
+ * stderr and the process leaves with SH_EXIT_KILLED. Call after MPI_Init,
+ * which installs Open MPI's handlers (signal(7), sigaction(2)); it then
+ * unblocks the crash signals (see sh_guard_block_crash_signals). */
 void sh_guard_install_signals(void);
+/* The crash signals into @set (caller's), for sigprocmask(2): main() blocks
+ * them before MPI_Init so that one sent before the handlers exist stays
+ * pending until sh_guard_install_signals() can tell who sent it (a real
+ * fault is delivered all the same: the kernel forces it). */
+void sh_guard_block_crash_signals(sigset_t *set);
+/* Is the crash signal described by @info (NULL: unknown) one that another
+ * process of a non-root user sent, rather than a real crash? A real crash is
+ * a fault the kernel raised (si_code > 0), or a signal this process @self
+ * sent itself (abort(3)), or one root sent with kill(2)/tgkill(2) (an
+ * administrator's or the test suite's simulated crash). The sender of any
+ * other code <= 0 (SI_QUEUE ...) is as its sender wrote it, so never trusted
+ * as root or @self. Async-signal-safe. */
+bool sh_guard_sent_by_user(const siginfo_t *info, pid_t self);
+/* The start of the engine's stderr line for such a signal; the agent reads
+ * the rest of that line from the engine's log. */
+#define SH_GUARD_KILLED_TAG "stagehand-bcast: [signal] "
+/* That line for @sig and @info: "stagehand-bcast: [signal] killed by signal
+ * SIGSEGV sent by pid P of uid U, not a crash; ...\n", into @buf of @len
+ * bytes (truncated, terminated when @len > 0). Returns its length.
+ * Async-signal-safe. */
+size_t sh_guard_killed_text(int sig, const siginfo_t *info, char *buf, size_t len);
 /* Arm the watchdog (alarm(2), SIGALRM): at deadline + 10 s, if the main
  * thread has not ended the run itself, unlink the temp file and
  * _exit(SH_EXIT_TIMEOUT). Call again once @rank is known (re-arms). */

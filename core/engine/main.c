@@ -626,7 +626,15 @@ int main(int argc, char **argv)
     char err[512];
     int provided, rc;
     int32_t code;
+    sigset_t crash_set;
 
+    /* Until our crash handler can tell a real crash from a crash signal the
+     * job's user sent (security issue 30), such a signal waits: blocked here,
+     * unblocked by sh_guard_install_signals() after MPI_Init. (One that comes
+     * before main() ends the engine before MPI started: the agent's start-up
+     * retry, never a node fault.) */
+    sh_guard_block_crash_signals(&crash_set);
+    sigprocmask(SIG_BLOCK, &crash_set, NULL);
     r->t0 = sh_now_ns();
     switch (sh_bcast_opts_parse(argc, argv, &r->o, err, sizeof(err))) {
     case SH_OPTS_HELP:

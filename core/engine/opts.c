@@ -96,7 +96,8 @@ void sh_bcast_usage(FILE *out)
 "1 internal or MPI error, 2 usage error, 3 source error (missing, unreadable,\n"
 "not a regular file, changed or failed while read), 4 destination error on at\n"
 "least one node (no space, I/O error, lock wait, verification failure),\n"
-"5 deadline (--timeout) reached.\n", out);
+"5 deadline (--timeout) reached, 6 killed by a crash signal (SIGSEGV, SIGBUS,\n"
+"SIGFPE, SIGILL, SIGABRT) that another process of a non-root user sent.\n", out);
 }
 
 static enum sh_opts_result fail(char *err, size_t errlen, const char *fmt, ...)

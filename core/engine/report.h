@@ -18,6 +18,10 @@
 #define SH_EXIT_SOURCE 3        /* user error: SRC missing/unreadable/changed */
 #define SH_EXIT_DEST 4          /* a node could not stage DST */
 #define SH_EXIT_TIMEOUT 5       /* --timeout reached */
+/* a crash signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) sent by another
+ * process of a non-root user, e.g. the job's user: not a crash, so never the
+ * node's fault (guard.c: sh_guard_sent_by_user) */
+#define SH_EXIT_KILLED 6
 
 enum sh_vote { SH_VOTE_CURRENT = 0, SH_VOTE_COPY = 1, SH_VOTE_ERROR = 2 };
 

@@ -54,6 +54,11 @@ struct sh_pmix_cfg {
     int64_t kill_grace_ns;       /* SIGTERM to SIGKILL; 0: 2 s */
 };
 
+/* The engine's exit status for a crash signal another process of a user
+ * sent it (SH_EXIT_KILLED in core/engine/report.h): no crash, never the
+ * node's fault (security issue 30). */
+#define SH_ENGINE_EXIT_KILLED 6
+
 struct sh_pmix_outcome {
     int local_status;            /* waitpid status of our engine, -1 never ran */
     uint32_t fences;             /* fences completed successfully */

@@ -15,10 +15,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../core/engine/guard.h"
+#include "../../core/engine/report.h"
 #include "stagehand/publish.h"
 
 #include "check_main.h"
@@ -100,6 +102,50 @@ static void body_term(void)
     raise(SIGTERM);
 }
 
+/* A crash signal sent with sigqueue(2) (SI_QUEUE): its sender is what the
+ * sender wrote, so it is never a real crash: the engine leaves with
+ * SH_EXIT_KILLED, the earlier handler is not called. */
+static void body_queued_segv(void)
+{
+    union sigval val = { .sival_int = 0 };
+
+    start_publish();
+    install_prev(SIGSEGV);
+    sh_guard_install_signals();
+    sigqueue(getpid(), SIGSEGV, val);
+}
+
+/* The same with a forged sender: root (uid 0) and this very process. */
+static void body_forged_root(void)
+{
+    siginfo_t si;
+
+    start_publish();
+    install_prev(SIGBUS);
+    sh_guard_install_signals();
+    memset(&si, 0, sizeof(si));
+    si.si_signo = SIGBUS;
+    si.si_code = SI_QUEUE;
+    si.si_pid = getpid();
+    si.si_uid = 0;
+    syscall(SYS_rt_sigqueueinfo, getpid(), SIGBUS, &si);
+}
+
+/* Sent while blocked (the engine blocks them until its handler exists):
+ * pending until sh_guard_install_signals(), then told apart all the same. */
+static void body_pending(void)
+{
+    union sigval val = { .sival_int = 0 };
+    sigset_t set;
+
+    sh_guard_block_crash_signals(&set);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    start_publish();
+    sigqueue(getpid(), SIGABRT, val);
+    install_prev(SIGABRT);
+    sh_guard_install_signals();
+}
+
 #define SURVIVED_EPIPE 7
 
 /* A write to a peer that went away (a closed pipe here, a closed TCP
@@ -162,6 +208,12 @@ static const struct scenario {
     { "abort() with no earlier handler dies by SIGABRT", body_abort, -1, SIGABRT },
     { "SIGTERM (Slurm ending the step) dies by SIGTERM", body_term, -1, SIGTERM },
     { "a write to a closed pipe fails with EPIPE, no SIGPIPE", body_pipe, SURVIVED_EPIPE, 0 },
+    { "a SIGSEGV sent by sigqueue leaves with SH_EXIT_KILLED", body_queued_segv,
+      SH_EXIT_KILLED, 0 },
+    { "a SIGBUS whose sigqueue sender claims root leaves with SH_EXIT_KILLED",
+      body_forged_root, SH_EXIT_KILLED, 0 },
+    { "a SIGABRT sent while blocked leaves with SH_EXIT_KILLED once handled",
+      body_pending, SH_EXIT_KILLED, 0 },
 };
 
 START_TEST(test_signal_cleanup)
@@ -182,14 +234,86 @@ START_TEST(test_signal_cleanup)
 }
 END_TEST
 
+/* sh_guard_sent_by_user: which siginfo is a real crash (security issue 30). */
+static const struct sender_case {
+    const char *what;
+    int code;
+    int self;               /* si_pid is the process itself */
+    uid_t uid;
+    bool by_user;
+} sender_cases[] = {
+    { "a fault (SEGV_MAPERR) from the kernel", SEGV_MAPERR, 0, 1000, false },
+    { "a bus error (BUS_ADRERR) from the kernel", BUS_ADRERR, 0, 0, false },
+    { "SI_KERNEL", SI_KERNEL, 0, 1000, false },
+    { "kill(2) by another process of a user", SI_USER, 0, 1000, true },
+    { "kill(2) by root (a simulated crash)", SI_USER, 0, 0, false },
+    { "kill(2) by the process itself", SI_USER, 1, 1000, false },
+    { "tgkill(2) by the process itself (abort, raise)", SI_TKILL, 1, 1000, false },
+    { "tgkill(2) by another process of a user", SI_TKILL, 0, 1000, true },
+    { "tgkill(2) by root", SI_TKILL, 0, 0, false },
+    { "sigqueue(2) claiming root", SI_QUEUE, 0, 0, true },
+    { "sigqueue(2) claiming the process itself", SI_QUEUE, 1, 0, true },
+    { "a timer (SI_TIMER) a user set up", SI_TIMER, 0, 1000, true },
+};
+
+START_TEST(test_sent_by_user)
+{
+    const struct sender_case *c = &sender_cases[_i];
+    siginfo_t si;
+
+    memset(&si, 0, sizeof(si));
+    si.si_signo = SIGSEGV;
+    si.si_code = c->code;
+    si.si_pid = c->self ? 4242 : 4243;
+    si.si_uid = c->uid;
+    ck_assert_msg(sh_guard_sent_by_user(&si, 4242) == c->by_user, "%s", c->what);
+}
+END_TEST
+
+START_TEST(test_sent_by_user_unknown)
+{
+    ck_assert(!sh_guard_sent_by_user(NULL, getpid()));
+}
+END_TEST
+
+START_TEST(test_killed_text)
+{
+    siginfo_t si;
+    char buf[256], small[24];
+    size_t n;
+
+    memset(&si, 0, sizeof(si));
+    si.si_code = SI_USER;
+    si.si_pid = 1234;
+    si.si_uid = 1001;
+    n = sh_guard_killed_text(SIGSEGV, &si, buf, sizeof(buf));
+    ck_assert_uint_eq(n, strlen(buf));
+    ck_assert_str_eq(buf, SH_GUARD_KILLED_TAG "killed by signal SIGSEGV sent by pid 1234 "
+                     "of uid 1001, not a crash; temp file removed, exiting\n");
+    si.si_code = SI_QUEUE;
+    sh_guard_killed_text(SIGABRT, &si, buf, sizeof(buf));
+    ck_assert_ptr_nonnull(strstr(buf, "SIGABRT sent by pid 1234 of uid 1001 (as the sender "
+                                      "wrote it: sigqueue)"));
+    n = sh_guard_killed_text(SIGBUS, &si, small, sizeof(small));
+    ck_assert_uint_eq(n, sizeof(small) - 1);
+    ck_assert_uint_eq(strlen(small), sizeof(small) - 1);
+}
+END_TEST
+
 static Suite *guard_suite(void)
 {
     Suite *s = suite_create("guard");
     TCase *tc = tcase_create("signals");
+    TCase *tc2 = tcase_create("sender");
 
     tcase_add_loop_test(tc, test_signal_cleanup, 0,
                         (int)(sizeof(scenarios) / sizeof(scenarios[0])));
     suite_add_tcase(s, tc);
+    tcase_add_loop_test(tc2, test_sent_by_user, 0,
+                        (int)(sizeof(sender_cases) / sizeof(sender_cases[0])));
+    tcase_add_test(tc2, test_sent_by_user_unknown);
+    tcase_add_test(tc2, test_killed_text);
+    suite_add_tcase(s, tc2);
     return s;
 }
 
