@@ -942,6 +942,7 @@ again:
             "--expect-ranks", ranks,
             "--stall-timeout", stall,
             "--dir-mode", dirmode,
+            "--untraceable",
             NULL,
         };
         /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID

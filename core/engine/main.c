@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -649,6 +650,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "stagehand-bcast: %s (see --help)\n", err);
         return SH_EXIT_USAGE;
     case SH_OPTS_RUN:
+        /* Started by the agent, whose policy may count this engine's crash
+         * as a node fault (on_node_fault=drain): its user must not be able
+         * to attach a debugger and make it fault (security issue 30).
+         * prctl(2) PR_SET_DUMPABLE; the window left is the dynamic
+         * loader's, before main(). */
+        if (r->o.untraceable && prctl(PR_SET_DUMPABLE, 0L, 0L, 0L, 0L) != 0) {
+            fprintf(stderr, "stagehand-bcast: prctl(PR_SET_DUMPABLE): %s\n", strerror(errno));
+            return SH_EXIT_USAGE;
+        }
         break;
     }
     /* DST's mode and its new directories follow the umask (the agent sets

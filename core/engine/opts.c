@@ -13,6 +13,7 @@ enum {
     OPT_CHECK = 256, OPT_VERIFY, OPT_HASH, OPT_SEGMENT, OPT_DEPTH,
     OPT_ALGORITHM, OPT_TIMEOUT, OPT_PROGRESS, OPT_JSON, OPT_SOURCE_RANK,
     OPT_EXPECT_RANKS, OPT_STALL_TIMEOUT, OPT_READ_AHEAD, OPT_DIR_MODE,
+    OPT_UNTRACEABLE,
 };
 
 static const struct option long_opts[] = {
@@ -30,6 +31,7 @@ static const struct option long_opts[] = {
     { "stall-timeout", required_argument, NULL, OPT_STALL_TIMEOUT },
     { "read-ahead", required_argument, NULL, OPT_READ_AHEAD },
     { "dir-mode", required_argument, NULL, OPT_DIR_MODE },
+    { "untraceable", no_argument, NULL, OPT_UNTRACEABLE },
     { "progress", no_argument, NULL, OPT_PROGRESS },
     { "json", no_argument, NULL, OPT_JSON },
     { "verbose", no_argument, NULL, 'v' },
@@ -81,6 +83,8 @@ void sh_bcast_usage(FILE *out)
 "                           long (default 60s; 0: off), naming the segment\n"
 "      --dir-mode=OCTAL     mode of the directories of DST's path created for\n"
 "                           it, minus the umask (default 0700: private)\n"
+"      --untraceable        no debugger may attach (prctl PR_SET_DUMPABLE 0; no\n"
+"                           core dump either): the stagehand agent passes it\n"
 "      --expect-ranks=N     refuse to run unless the MPI job has exactly N ranks\n"
 "                           (a launcher that wired up another job is an error)\n"
 "      --progress           show progress on stderr (a bar on a terminal)\n"
@@ -232,6 +236,9 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
             if (sh_parse_duration(optarg, &o->stall_ns) != 0)
                 return fail(err, errlen, "--stall-timeout=%s: expected a "
                             "duration (e.g. 60s; 0 turns the check off)", optarg);
+            break;
+        case OPT_UNTRACEABLE:
+            o->untraceable = 1;
             break;
         case OPT_DIR_MODE:
             if (sh_parse_mode(optarg, &o->dir_mode) != 0 || (o->dir_mode & 0700) != 0700)

@@ -41,6 +41,7 @@ struct sh_bcast_opts {
     int json;
     int verbose;                    /* count of --verbose */
     unsigned dir_mode;              /* DST's missing parents (umask applies) */
+    int untraceable;                /* made non-dumpable at start (main.c) */
     unsigned umask_bits;            /* the process's umask, read at start-up:
                                      * DST gets SRC's bits minus these */
 };

@@ -2,7 +2,8 @@
 # Issue 6 security (DESIGN.md §5): during a staging, on every node the
 # engine, its PMIx host and the agent run as the job user (real, effective,
 # saved and filesystem uid and gid; the user's own groups; no capability:
-# issue 30 item 2), never as root;
+# issue 30 item 2), never as root; the engine cannot be traced even by its
+# user (non-dumpable: a debugger could make it crash, a node fault);
 # every file the staging writes belongs to the job user: DST, its lock file,
 # the directories created for it, and the per-user default directory (the
 # components above it stay root's 0755, the user's own is 0700); the runtime
@@ -96,8 +97,9 @@ for n in $MINICLUSTER_NODES; do
         echo "rundir $(stat -c "%U %a" /run/stagehand/$id) $(stat -c "%U %a" /run/stagehand)"
         for d in /run/stagehand/$id/pmix.*; do echo "pmixdir $d $(stat -c "%U %a" $d)"; done
         runuser -u nobody -- cat /proc/$e/environ >/dev/null 2>&1 && echo "nobody-reads-environ"
+        runuser -u "$3" -- cat /proc/$e/environ >/dev/null 2>&1 && echo "user-reads-engine"
         runuser -u nobody -- ls /run/stagehand/$id >/dev/null 2>&1 && echo "nobody-lists-rundir"
-        true' sh "$id" "${engine[$n]}")
+        true' sh "$id" "${engine[$n]}" "$user")
 done
 # shellcheck disable=SC2086
 kill -CONT $stopped 2>/dev/null
@@ -120,6 +122,10 @@ for n in $MINICLUSTER_NODES; do
             fail "$n: $comm (pid $p) holds capabilities: $(grep -E '^Cap' <<<"$st" | tr '\n' ' ')"
         seen=$((seen + 1))
     done < <(grep '^pid ' <<<"$sn")
+    # the engine is non-dumpable (--untraceable): not even its own user may
+    # trace it, read its memory or environment (issue 30: an engine made to
+    # crash could drain the node)
+    ! grep -q '^user-reads-engine' <<<"$sn" || fail "$n: $user can read its engine's /proc environ (a debugger could attach)"
     # the job's runtime directory and PMIx directory: the user's, 0700
     grep -qx "rundir $user 700 root 755" <<<"$sn" || fail "$n: runtime directories: $(grep ^rundir <<<"$sn")"
     grep -q '^pmixdir ' <<<"$sn" || fail "$n: no PMIx directory in /run/stagehand/$id"

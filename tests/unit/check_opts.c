@@ -43,7 +43,7 @@ START_TEST(defaults)
     ck_assert_uint_eq(o.timeout_ns, SH_BCAST_DEFAULT_TIMEOUT_NS);
     ck_assert_int_eq(o.source_rank, 0);
     ck_assert_int_eq(o.expect_ranks, 0);
-    ck_assert_int_eq(o.json + o.progress + o.verbose, 0);
+    ck_assert_int_eq(o.json + o.progress + o.verbose + o.untraceable, 0);
 }
 END_TEST
 
@@ -54,8 +54,10 @@ START_TEST(every_option)
                            "--segment-size=1G", "--pipeline-depth", "64",
                            "--algorithm=bcast", "--timeout=90s",
                            "--source-rank=3", "--progress", "--json", "-v",
-                           "--verbose", "--expect-ranks=8", (const char *)0), SH_OPTS_RUN);
+                           "--verbose", "--expect-ranks=8", "--untraceable",
+                           (const char *)0), SH_OPTS_RUN);
     ck_assert_int_eq(o.expect_ranks, 8);
+    ck_assert_int_eq(o.untraceable, 1);
     ck_assert_int_eq(o.check, SH_CHECK_CONTENT);
     ck_assert_int_eq(o.verify, SH_VERIFY_READBACK);
     ck_assert_int_eq(o.hash, SH_HASH_SHA256);
