@@ -17,28 +17,18 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 2 ] || skip "needs 2 nodes"
 read -r leader full _ <<<"$MINICLUSTER_NODES"
 filler=/nvme/.fill.$$
-plug=$MINICLUSTER_STATE/etc/plugstack.conf
-saved=$(mktemp)
-cp -p "$plug" "$saved"
-restart_all() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
-}
+plugstack_save
 cleanup() {
     local n
     on_node "$full" rm -f "$filler"
     fault_test_cleanup
-    cp -p "$saved" "$plug" && rm -f "$saved"
-    restart_all
+    plugstack_restore
     for n in $MINICLUSTER_NODES; do scontrol update nodename="$n" state=resume 2>/dev/null; done
 }
 fault_test_files sfill sec-fill
 trap cleanup EXIT
 
-grep -q '^required .*stagehand\.so' "$plug" || fail "unexpected $plug: $(cat "$plug")"
-sed -i 's/^\(required .*stagehand\.so.*\)$/\1 on_node_fault=drain/' "$plug"
-grep -q 'on_node_fault=drain' "$plug" || fail "could not set on_node_fault=drain"
-restart_all || fail "cannot restart the slurmds"
+plugstack_add on_node_fault=drain
 
 make_user_file "$src" 64 || fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)

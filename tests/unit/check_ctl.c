@@ -529,6 +529,29 @@ START_TEST(tree_keyless_peer)
 }
 END_TEST
 
+/* Hold the first three ports of job @t's probe sequence (range 48 from
+ * @t->port_base) on 127.0.0.1 with listeners that accept (queue @backlog)
+ * and never answer, run the tree, then let them go. */
+static void run_tree_ports_held(struct tree *t, int backlog)
+{
+    uint16_t first = sh_ctl_derive_port(t->jobid, 0, t->port_base, 48);
+    int fds[3];
+
+    for (int x = 0; x < 3; x++) {
+        struct sockaddr_in sa = { .sin_family = AF_INET,
+                                  .sin_port = htons((uint16_t)(t->port_base +
+                                      (first - t->port_base + x) % 48)) };
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[x] = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fds[x], 0);
+        if (bind(fds[x], (struct sockaddr *)&sa, sizeof(sa)) == 0)
+            ck_assert_int_eq(listen(fds[x], backlog), 0);
+    }
+    run_tree(t);
+    for (int x = 0; x < 3; x++)
+        close(fds[x]);
+}
+
 /* Ports taken by something that accepts connections and never answers:
  * agents probe upward past them (each costs one handshake timeout). */
 START_TEST(tree_port_taken)
@@ -536,24 +559,8 @@ START_TEST(tree_port_taken)
     struct tree t = { .n = 3, .k = 1, .jobid = (uint64_t)getpid() * 100 + 7,
                       .absent = -1, .keyless = -1,
                       .hs_timeout = 200 * SH_NS_PER_MS };
-    int fds[3];
-    uint16_t first;
-
     t.port_base = test_port(7);
-    first = sh_ctl_derive_port(t.jobid, 0, t.port_base, 48);
-    for (int x = 0; x < 3; x++) {
-        struct sockaddr_in sa = { .sin_family = AF_INET,
-                                  .sin_port = htons((uint16_t)(t.port_base +
-                                      (first - t.port_base + x) % 48)) };
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[x] = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(fds[x], 0);
-        if (bind(fds[x], (struct sockaddr *)&sa, sizeof(sa)) == 0)
-            ck_assert_int_eq(listen(fds[x], 4), 0);
-    }
-    run_tree(&t);
-    for (int x = 0; x < 3; x++)
-        close(fds[x]);
+    run_tree_ports_held(&t, 4);
 }
 END_TEST
 
@@ -569,24 +576,8 @@ START_TEST(tree_sentinels_port_taken)
     struct tree t = { .n = 3, .k = 1, .jobid = (uint64_t)getpid() * 100 + 14,
                       .absent = -1, .keyless = -1, .sentinels = 1u << 1 | 1u << 2,
                       .hs_timeout = 200 * SH_NS_PER_MS };
-    int fds[3];
-    uint16_t first;
-
     t.port_base = test_port(14);
-    first = sh_ctl_derive_port(t.jobid, 0, t.port_base, 48);
-    for (int x = 0; x < 3; x++) {
-        struct sockaddr_in sa = { .sin_family = AF_INET,
-                                  .sin_port = htons((uint16_t)(t.port_base +
-                                      (first - t.port_base + x) % 48)) };
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[x] = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(fds[x], 0);
-        if (bind(fds[x], (struct sockaddr *)&sa, sizeof(sa)) == 0)
-            ck_assert_int_eq(listen(fds[x], 128), 0);
-    }
-    run_tree(&t);
-    for (int x = 0; x < 3; x++)
-        close(fds[x]);
+    run_tree_ports_held(&t, 128);
 }
 END_TEST
 
