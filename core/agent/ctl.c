@@ -38,6 +38,7 @@ struct sh_ctl {
     const char *bind_addr;
     uint16_t port_base, port_range, port_probe, listen_port;
     uint64_t jobid, stepid;
+    uint64_t port_stepid;        /* the step id the ports derive from */
     unsigned char kjob[SH_KEY_LEN];
     int64_t margin, hs_timeout;
     uint32_t max_payload;
@@ -75,7 +76,8 @@ static int in_subtree(uint32_t node, uint32_t top, uint32_t k)
 
 static uint16_t probe_port(const struct sh_ctl *ctl, uint32_t step)
 {
-    return sh_ctl_probe_port(ctl->jobid, ctl->stepid, ctl->port_base, ctl->port_range, step);
+    return sh_ctl_probe_port(ctl->jobid, ctl->port_stepid, ctl->port_base, ctl->port_range,
+                             step);
 }
 
 const char *sh_ctl_name(const struct sh_ctl *ctl, uint32_t index)
@@ -102,7 +104,7 @@ static void set_nodelay(int fd)
 static int listen_any(struct sh_ctl *ctl)
 {
     uint16_t port = 0;
-    int fd = sh_ctl_bind(ctl->bind_addr, ctl->jobid, ctl->stepid, ctl->port_base,
+    int fd = sh_ctl_bind(ctl->bind_addr, ctl->jobid, ctl->port_stepid, ctl->port_base,
                          ctl->port_range, ctl->port_probe,
                          (int)(ctl->nchild < 64 ? ctl->nchild + 16 : 128), &port);
 
@@ -529,6 +531,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
         ctl->port_probe = ctl->port_range;
     ctl->jobid = cfg->jobid;
     ctl->stepid = cfg->stepid;
+    ctl->port_stepid = cfg->port_stepid_set ? cfg->port_stepid : cfg->stepid;
     memcpy(ctl->kjob, cfg->kjob, SH_KEY_LEN);
     ctl->margin = cfg->level_margin_ns > 0 ? cfg->level_margin_ns
                                            : SH_CTL_MARGIN_DEFAULT;

@@ -929,6 +929,8 @@ static void host_child(const struct sh_pmix_cfg *cfg, int fd)
     unsigned char *state = malloc(slen);
     int32_t *st;
 
+    if (cfg->close_fd > STDERR_FILENO)
+        close(cfg->close_fd);
     memset(&r, 0, sizeof(r));
     r.rc = host_run(cfg, &o);
     r.err = errno;

@@ -104,11 +104,10 @@ struct agent {
     int n_mpi_env;
     int64_t deadline;
     struct sh_ctl *ctl;
-    /* Control-plane listeners bound by root before the privilege drop
-     * (bind_listeners), -1 when none: the job's tree (unless a sentinel
-     * handed one over) and each image's engine tree. */
+    /* The job's control-plane listener, bound by root before the privilege
+     * drop (bind_listener) or handed over by the sentinel, -1 when none:
+     * the job's tree and every image's engine tree take a copy in turn. */
     int listener;
-    int sub_listener[SH_SPEC_MAX_IMAGES];
     FILE *out;               /* the pipe to the plugin */
     /* outcome */
     bool failed;
@@ -469,58 +468,46 @@ static bool mpi_env_has(const struct agent *a, const char *key)
  * for the administrator, and becomes this node's vote for the images that
  * use it (stage_image_run), so the job fails with it on every node. */
 /* The control-tree step id of image @img's engine tree: a tree of its own
- * per image, on ports of its own. */
+ * per image (its handshakes and frames are its own), on the job's listener. */
 static uint64_t image_tree_step(const struct agent *a, size_t img)
 {
     return a->in.stepid ^ ((uint64_t)(img + 1) << 40);
 }
 
-/* Bind, as root, every control-plane listener this staging may need: the
- * job's tree (unless the sentinel handed its listener over) and one per
- * image for its engine tree (which forms after the vote: a node that does
- * not take part closes its listener then). The ports are privileged
- * (stagehand.8 CONFIGURATION: port_base), so only root can hold one: no
- * user's process can deny a job its control plane (issue 30), and after the
- * drop the agent keeps no capability. Returns 0, or -1 with the reason in
- * @err and errno (EADDRINUSE: every probed port is held, by root). */
-static int bind_listeners(struct agent *a, char *err, size_t errlen)
+/* Bind, as root, the job's control-plane listener, unless the sentinel
+ * handed one over. It serves the job's tree and then, one after the other,
+ * every image's engine tree, so a staging holds one port of the range
+ * whatever its number of images. The ports are privileged (stagehand.8
+ * CONFIGURATION: port_base), so only root can hold one: no user's process
+ * can deny a job its control plane (issue 30), and after the drop the agent
+ * keeps no capability. Returns 0, or -1 with the reason in @err and errno
+ * (EADDRINUSE: every probed port is held, by root's listeners). */
+static int bind_listener(struct agent *a, char *err, size_t errlen)
 {
     uint32_t probe = sh_ctl_default_probe(a->cfg.port_range);
     uint16_t port = 0;
 
-    if (!a->in.have_listener) {
-        a->listener = sh_ctl_bind(NULL, a->in.jobid, a->in.stepid, a->cfg.port_base,
-                                  a->cfg.port_range, probe, 128, &port);
-        if (a->listener < 0)
-            goto fail;
+    if (a->in.have_listener) {
+        a->listener = a->in.listener;
+        /* kept across the sentinel's exec; not into the engine's */
+        if (fcntl(a->listener, F_SETFD, FD_CLOEXEC) == 0)
+            return 0;
+        snprintf(err, errlen, "the sentinel's listener: %s", strerror(errno));
+        return -1;
     }
-    for (size_t i = 0; i < sh_spec_set_count(a->specs); i++) {
-        a->sub_listener[i] = sh_ctl_bind(NULL, a->in.jobid, image_tree_step(a, i),
-                                         a->cfg.port_base, a->cfg.port_range, probe, 128,
-                                         &port);
-        if (a->sub_listener[i] < 0)
-            goto fail;
-    }
-    return 0;
-fail:
+    a->listener = sh_ctl_bind(NULL, a->in.jobid, a->in.stepid, a->cfg.port_base,
+                              a->cfg.port_range, probe, 128, &port);
+    if (a->listener >= 0)
+        return 0;
     {
         int e = errno;
 
         snprintf(err, errlen, "no free control-plane port among %u ports of %u-%u: %s",
                  probe, (unsigned)a->cfg.port_base,
-                 (unsigned)a->cfg.port_base + a->cfg.port_range - 1u,
-                 strerror(e));
+                 (unsigned)a->cfg.port_base + a->cfg.port_range - 1u, strerror(e));
         errno = e;
     }
     return -1;
-}
-
-/* Close the listener of image @img's engine tree, if still held. */
-static void close_sub_listener(struct agent *a, size_t img)
-{
-    if (a->sub_listener[img] >= 0)
-        close(a->sub_listener[img]);
-    a->sub_listener[img] = -1;
 }
 
 static int root_setup(struct agent *a, char *err, size_t errlen)
@@ -560,7 +547,7 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
 
     if (load_mpi_env(a, err, errlen) != 0)
         return -1;
-    if (bind_listeners(a, err, errlen) != 0)
+    if (bind_listener(a, err, errlen) != 0)
         return -1;
     if (sh_key_load_site(a->cfg.key_file, &site) != 0) {
         snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
@@ -594,7 +581,7 @@ static bool no_capabilities(void)
 
 /* initgroups, setgid, setuid, then verify that root cannot be regained and
  * that no capability is left: every listener was bound before
- * (bind_listeners), so the user part needs nothing of root. */
+ * (bind_listener), so the user part needs nothing of root. */
 static int drop_privileges(const struct agent *a, char *err, size_t errlen)
 {
     if (initgroups(a->in.user, a->in.gid) != 0 || setgid(a->in.gid) != 0 ||
@@ -882,10 +869,11 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     cc.jobid = a->in.jobid;
     cc.stepid = image_tree_step(a, img);
     cc.kjob = a->kjob;
-    /* The listener root bound for this tree (bind_listeners): the tree's now. */
-    cc.inherit_listener = a->sub_listener[img] >= 0;
-    cc.listen_fd = a->sub_listener[img];
-    a->sub_listener[img] = -1;
+    /* The job's listener (bind_listener), with the job's ports. */
+    cc.inherit_listener = true;
+    cc.listen_fd = dup(a->listener);
+    cc.port_stepid_set = true;
+    cc.port_stepid = a->in.stepid;
     if (sh_ctl_join(&cc, a->deadline, &sub) != 0) {
         snprintf(err, errlen, "engine control tree: %s", strerror(errno));
         goto out;
@@ -980,6 +968,7 @@ again:
             .envp = envp,
             .deadline_ns = a->deadline,
             .kill_grace_ns = 0,
+            .close_fd = a->listener, /* the host process serves no tree */
         };
 
         /* The engine's output goes to files in the runtime directory, not
@@ -1843,7 +1832,6 @@ static void stage_image(struct agent *a, size_t img)
     bool failed_before = a->failed;
 
     stage_image_run(a, img);
-    close_sub_listener(a, img); /* a node outside the image's engine tree */
     if (!failed_before && a->failed)
         sh_claim_remove(a->rundir, img);
 }
@@ -1856,8 +1844,6 @@ int sh_agent_prolog_main(void)
     int out_fd, devnull;
 
     a.listener = -1;
-    for (size_t i = 0; i < SH_SPEC_MAX_IMAGES; i++)
-        a.sub_listener[i] = -1;
 
     /* Our stdout is the pipe to the plugin; keep it private to the protocol
      * and give fd 1 to /dev/null so nothing else can write into it. */
@@ -1955,10 +1941,10 @@ int sh_agent_prolog_main(void)
         cc.jobid = a.in.jobid;
         cc.stepid = a.in.stepid;
         cc.kjob = a.kjob;
-        /* The listener root bound (bind_listeners), or the sentinel's. */
+        /* The listener root bound or the sentinel handed over
+         * (bind_listener); the tree closes its copy once it has joined. */
         cc.inherit_listener = true;
-        cc.listen_fd = a.in.have_listener ? a.in.listener : a.listener;
-        a.listener = -1; /* the tree's now */
+        cc.listen_fd = dup(a.listener);
         /* A sentinel started us for a connection whatever it was: join
          * only once a peer proves the job key (issue 30 item 7). */
         cc.wait_wake = a.in.have_listener;
@@ -2004,8 +1990,6 @@ done:
     sh_ctl_close(a.ctl);
     if (a.listener >= 0)
         close(a.listener);
-    for (size_t i = 0; i < SH_SPEC_MAX_IMAGES; i++)
-        close_sub_listener(&a, i);
     sh_key_wipe(a.kjob, sizeof(a.kjob));
     sh_spec_set_free(a.specs);
     if (a.names != NULL)

@@ -65,6 +65,11 @@ struct sh_ctl_cfg {
     uint16_t port_probe;         /* ports tried upward from the derived one;
                                     0: min(range, 64) */
     uint64_t jobid, stepid;
+    bool port_stepid_set;        /* derive the ports from port_stepid, not
+                                    stepid: a tree that shares another tree's
+                                    listener (the agent's engine trees share
+                                    the job's) */
+    uint64_t port_stepid;
     const unsigned char *kjob;   /* SH_KEY_LEN bytes of K_job (copied) */
     int64_t level_margin_ns;     /* deadline stagger per level; 0: default */
     int64_t hs_timeout_ns;       /* one handshake; 0: SH_CTL_HS_TIMEOUT */

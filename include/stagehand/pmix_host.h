@@ -52,6 +52,9 @@ struct sh_pmix_cfg {
                                     4.1 (measured) - PMIx adds its own variables */
     int64_t deadline_ns;         /* overall deadline (CLOCK_MONOTONIC) */
     int64_t kill_grace_ns;       /* SIGTERM to SIGKILL; 0: 2 s */
+    int close_fd;                /* a descriptor of the caller's that the host
+                                    process closes first (the agent's control
+                                    listener); ignored unless > 2 */
 };
 
 /* The engine's exit status for a crash signal another process of a user
