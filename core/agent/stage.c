@@ -283,8 +283,8 @@ static void owner_name(uid_t uid, char *buf, size_t len)
         snprintf(buf, len, "uid %u", (unsigned)uid);
 }
 
-/* errno of a node's own failure that means the node is unwell (DESIGN.md
- * §3: a local I/O error, DST's filesystem read-only or corrupted, a device
+/* errno of a node's own failure that means the node is unwell (stagehand(8),
+ * FAILURE POLICY: a local I/O error, DST's filesystem read-only or corrupted, a device
  * or mount gone), not the user's doing (permissions, quota, another run
  * holding the lock). A full filesystem or memory pressure is no broken
  * node: a user can fill a node's DST filesystem (or its memory, under
