@@ -61,6 +61,12 @@
 /* The process name of a task waiting for its node's staging (prctl(2)). */
 #define SH_WAIT_NAME "stagehand-wait"
 
+/* Set in a node's staging process when the epilog stops it: the job ended
+ * on this node before its staging did (stop_running_staging). */
+static volatile sig_atomic_t staging_stopped;
+/* The agent that process runs (its own session, spawn_agent), or 0. */
+static volatile pid_t staging_agent;
+
 /* The descriptor a woken sentinel hands the agent its listener on. */
 #define SH_SENTINEL_LISTENER_FD 3
 /* A sentinel's process name (prctl(2) PR_SET_NAME), for ps and the epilog. */
@@ -381,28 +387,78 @@ static void forget_detached(uint32_t jobid)
     (void)unlink(path);
 }
 
-/* Epilog: stop the detached agent recorded in @name under @rfd, if that very
- * process still runs (pid and start time), with its process group. */
-static void stop_detached(int rfd, uint32_t jobid, const char *name)
+/* The process recorded in @name under @rfd (record_detached) if that very
+ * process still runs (pid and start time), with its name (/proc/<pid>/comm,
+ * newline included) in @comm; 0 when there is none. */
+static pid_t recorded_process(int rfd, const char *name, char *comm, size_t len)
 {
-    char text[64], path[64], comm[32];
+    char text[64], path[64];
     unsigned long long start = 0;
     int pid = 0;
 
+    comm[0] = '\0';
     if (sh_read_small_at(rfd, name, text, sizeof(text)) <= 0)
-        return;
+        return 0;
     if (sscanf(text, "%d %llu", &pid, &start) != 2 || pid <= 1 || start == 0 ||
         proc_starttime((pid_t)pid) != start)
-        return;
+        return 0;
     snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-    if (sh_read_small_at(AT_FDCWD, path, comm, sizeof(comm)) > 0 &&
-        strncmp(comm, SH_SENTINEL_NAME "\n", sizeof(SH_SENTINEL_NAME)) == 0)
+    if (sh_read_small_at(AT_FDCWD, path, comm, len) <= 0)
+        comm[0] = '\0';
+    return (pid_t)pid;
+}
+
+/* Epilog: stop the detached agent recorded in @name under @rfd, if that very
+ * process still runs, with its process group. */
+static void stop_detached(int rfd, uint32_t jobid, const char *name)
+{
+    char comm[32];
+    pid_t pid = recorded_process(rfd, name, comm, sizeof(comm));
+
+    if (pid == 0)
+        return;
+    if (strcmp(comm, SH_SENTINEL_NAME "\n") == 0)
         slurm_debug("stagehand: epilog: job %u: stopping sentinel %d: no other node "
-                    "needed this one", jobid, pid);
+                    "needed this one", jobid, (int)pid);
     else
         slurm_info("stagehand: epilog: job %u: stopping agent %d, still serving other "
-                   "nodes", jobid, pid);
+                   "nodes", jobid, (int)pid);
     kill(-pid, SIGKILL);
+}
+
+/* Epilog: the job has ended on this node while its staging here still runs
+ * (a job cancelled while its images were copied, or one whose other nodes
+ * ended it): nothing of this job will use the copy. SIGTERM its process
+ * group: the engine removes its temp file, the agent dies and the staging
+ * process records why (on_staging_stop). Waiting for it instead would hold
+ * the node in the epilog up to the staging deadline, and a node whose parent
+ * in the control tree has already gone waits join_timeout for nothing. */
+static void stop_running_staging(uint32_t jobid)
+{
+    char path[64], comm[32];
+    pid_t pid;
+    int rfd, fd;
+
+    snprintf(path, sizeof(path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (flock(fd, LOCK_SH | LOCK_NB) == 0 || errno != EWOULDBLOCK) {
+        close(fd); /* no staging holds it */
+        return;
+    }
+    close(fd);
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return;
+    snprintf(path, sizeof(path), "%u.agent", jobid);
+    pid = recorded_process(rfd, path, comm, sizeof(comm));
+    close(rfd);
+    if (pid == 0 || strcmp(comm, SH_STAGING_NAME "\n") != 0)
+        return; /* the prolog stages itself (on_node_fault=drain): it ends first */
+    slurm_info("stagehand: epilog: job %u: stopping its staging on this node (process "
+               "%d): the job has ended here", jobid, (int)pid);
+    kill(-pid, SIGTERM);
 }
 
 /* Sentinel (a child of the prolog's slurmstepd, never exec'd unless woken):
@@ -630,6 +686,18 @@ bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop)
     return true;
 }
 
+/* SIGTERM handler of a node's staging process (defer_staging): pass it to
+ * the agent's session (kill(2) is async-signal-safe). */
+static void on_staging_stop(int sig)
+{
+    pid_t agent = staging_agent;
+
+    (void)sig;
+    staging_stopped = 1;
+    if (agent > 0)
+        (void)kill(-agent, SIGTERM);
+}
+
 /* The job prolog, holding the job's staging lock: fork the process that
  * stages for this node and give it a process group of its own (slurmd kills
  * the prolog's when the prolog ends; set here, in the parent, so the prolog
@@ -655,6 +723,10 @@ static pid_t defer_staging(const struct sh_stage_job *job)
     }
     (void)setpgid(0, 0);
     (void)prctl(PR_SET_NAME, SH_STAGING_NAME, 0, 0, 0);
+    /* The epilog's SIGTERM to this process group stops the agent and its
+     * engine (which removes its temp file); this process records why. A
+     * handler, not SIG_IGN: the agent must not inherit it across exec. */
+    signal(SIGTERM, on_staging_stop);
     /* Start once the prolog's slurmstepd has gone (bounded: 1 s): on a node
      * whose cores are all busy as its job starts, work done here before
      * would only make the prolog end later. */
@@ -777,6 +849,11 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
     rc = spawn_agent(cfg->agent, in_pipe[0], out_pipe[1], &pid);
     close(in_pipe[0]);
     close(out_pipe[1]);
+    if (rc == 0 && deferred) {
+        staging_agent = pid;
+        if (staging_stopped) /* stopped before the agent existed */
+            (void)kill(-pid, SIGTERM);
+    }
     if (rc != 0) {
         snprintf(res.message, sizeof(res.message), "cannot start the agent %.512s: %s",
                  cfg->agent, strerror(rc));
@@ -818,7 +895,10 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
         usleep(1000);
     }
     if (!res.have_result && res.message[0] == '\0') {
-        if (WIFSIGNALED(wstatus))
+        if (staging_stopped)
+            snprintf(res.message, sizeof(res.message),
+                     "the job ended on this node before its staging did: stopped");
+        else if (WIFSIGNALED(wstatus))
             snprintf(res.message, sizeof(res.message),
                      "agent killed by signal %d", WTERMSIG(wstatus));
         else
@@ -827,7 +907,7 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
                      WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1);
         /* Once the agent runs as the job user, the user can signal it: its
          * death is then the job's failure, not the node's (issue 30). */
-        res.node_fault = !res.user_phase;
+        res.node_fault = !res.user_phase && !staging_stopped;
     }
 
 record:
@@ -843,6 +923,9 @@ record:
         for (size_t i = 0; i < res.status.n_summaries; i++)
             slurm_info("stagehand: job %u user %s: %s", job->jobid, job->user,
                        res.status.summary[i]);
+    } else if (staging_stopped) {
+        slurm_info("stagehand: job %u user %s: staging on %s: %s", job->jobid, job->user,
+                   res.status.node, res.message);
     } else {
         slurm_error("stagehand: job %u user %s: staging failed on %s: %s", job->jobid,
                     job->user, res.status.node, res.message);
@@ -1190,9 +1273,9 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     (void)av;
     if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
         return 0;
-    /* A staging of this job still running here (a job cancelled while its
-     * images were copied) ends first, as a prolog would: its deadline
-     * bounds it. */
+    /* A staging of this job still running here is stopped, then waited
+     * for (bounded by its deadline): it writes its outcome last. */
+    stop_running_staging(jobid);
     (void)sh_wait_job_staging(jobid, LOCK_EX, NULL);
     if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) == 0)
         unlink(path);

@@ -2,8 +2,8 @@
 # Issue 6 fault matrix, case F06: scancel in the middle of the broadcast,
 # then the same job again. The cancelled job ends at once and its script
 # never runs (its task, waiting for the node's staging, is killed); its
-# staging, which the epilog lets finish as slurmd would a prolog, either
-# completes (a whole, verified DST) or leaves nothing under DST's name; no engine or agent of it outlives the
+# staging, which the epilog stops, either completed (a whole, verified DST)
+# or leaves nothing under DST's name; no engine or agent of it outlives the
 # staging deadline's order of magnitude (here: 30 s), no temp file or runtime
 # state is left, no node is drained, and the resubmitted job works.
 # shellcheck source=tests/cluster/lib.sh
