@@ -46,6 +46,8 @@ struct sh_ctl {
     int listen_fd;
     bool wait_wake;              /* sh_ctl_cfg.wait_wake */
     bool woken;                  /* a peer proved K_job on our listener */
+    struct sh_hs_srv hs[SH_CTL_HS_SLOTS]; /* handshakes in progress (fd -1: free) */
+    struct sockaddr_storage hs_from[SH_CTL_HS_SLOTS];
     struct sh_chan parent;       /* fd -1 for the root */
     struct sh_chan *child;       /* nchild entries, fd -1 when not connected */
 };
@@ -405,53 +407,192 @@ static int accept_child(uint32_t client, void *arg)
            (ctl->index != 0 && client == sh_ctl_parent_of(ctl->index, ctl->k));
 }
 
-static void serve_listener(struct sh_ctl *ctl, int64_t deadline_ns)
+/* A client proved K_job on our listener: @chan is our parent's wake-up or
+ * one of our children. */
+static void take_channel(struct sh_ctl *ctl, struct sh_chan *chan)
+{
+    char host[96];
+
+    snprintf(host, sizeof(host), "%s", chan->peer);
+    snprintf(chan->peer, sizeof(chan->peer), "%s(%u)", ctl->names[chan->peer_index],
+             chan->peer_index);
+    if (ctl->wait_wake && !ctl->woken)
+        sh_debug("ctl", "woken by %s, which proved the job key", chan->peer);
+    ctl->woken = true;
+    if (chan->peer_index < ctl->first_child) { /* the parent's wake-up: done */
+        sh_chan_close(chan);
+        return;
+    }
+    if (ctl->child[chan->peer_index - ctl->first_child].fd >= 0) {
+        sh_info("ctl", "node %s connected again: replacing its earlier connection",
+                chan->peer);
+        sh_chan_close(&ctl->child[chan->peer_index - ctl->first_child]);
+    }
+    ctl->child[chan->peer_index - ctl->first_child] = *chan;
+    sh_debug("ctl", "child %s connected (%s)", chan->peer, host);
+}
+
+/* Do @a and @b name the same host (port aside)? */
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return true;
+}
+
+/* Is handshake @a a better one to abandon than @b: still awaiting the first
+ * message while @b is past it, else older. */
+static bool worse_hs(const struct sh_hs_srv *a, const struct sh_hs_srv *b)
+{
+    bool a_new = sh_hs_srv_waiting_hello(a), b_new = sh_hs_srv_waiting_hello(b);
+
+    return a_new != b_new ? a_new : a->started_ns < b->started_ns;
+}
+
+/* A slot for a new connection from @from: a free one; else, when @from holds
+ * SH_CTL_HS_SLOTS_PER_ADDR already or every slot is taken, the handshake
+ * that made the least progress (still no first message, then the oldest)
+ * among @from's (or among all), abandoned. A real peer sends its first
+ * message as it connects and answers within a round trip, so only
+ * connections that stall lose their slot; a client retries in any case. */
+static struct sh_hs_srv *hs_slot(struct sh_ctl *ctl, const struct sockaddr_storage *from)
+{
+    struct sh_hs_srv *free_slot = NULL, *worst = NULL, *worst_mine = NULL;
+    unsigned mine = 0;
+
+    for (unsigned i = 0; i < SH_CTL_HS_SLOTS; i++) {
+        struct sh_hs_srv *h = &ctl->hs[i];
+
+        if (h->fd < 0) {
+            if (free_slot == NULL)
+                free_slot = h;
+            continue;
+        }
+        if (worst == NULL || worse_hs(h, worst))
+            worst = h;
+        if (same_host(&ctl->hs_from[i], from)) {
+            mine++;
+            if (worst_mine == NULL || worse_hs(h, worst_mine))
+                worst_mine = h;
+        }
+    }
+    if (mine >= SH_CTL_HS_SLOTS_PER_ADDR || (free_slot == NULL && worst_mine != NULL)) {
+        sh_debug("ctl", "%s: too many handshakes from that address at once: "
+                 "abandoning the one that made the least progress", worst_mine->peer);
+        sh_hs_srv_abort(worst_mine);
+        return worst_mine;
+    }
+    if (free_slot != NULL)
+        return free_slot;
+    sh_debug("ctl", "%s: every handshake slot is taken: abandoning the one that made "
+             "the least progress", worst->peer);
+    sh_hs_srv_abort(worst);
+    return worst;
+}
+
+/* Accept what waits on the listener (a bounded batch) and start its
+ * handshakes. */
+static void accept_pending(struct sh_ctl *ctl, const struct sh_hs_ident *me,
+                           int64_t deadline_ns)
+{
+    struct accept_arg arg = { ctl };
+
+    for (unsigned n = 0; n < SH_CTL_HS_SLOTS; n++) {
+        struct sh_chan chan;
+        struct sockaddr_storage ss;
+        socklen_t sslen = sizeof(ss);
+        char host[64], peer[96];
+        struct sh_hs_srv *h;
+        int64_t hs_deadline;
+        int fd;
+
+        fd = accept4(ctl->listen_fd, (struct sockaddr *)&ss, &sslen,
+                     SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        set_nodelay(fd);
+        if (getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), NULL, 0,
+                        NI_NUMERICHOST) != 0)
+            snprintf(host, sizeof(host), "?");
+        snprintf(peer, sizeof(peer), "connection from %s", host);
+        hs_deadline = sh_now_ns() + ctl->hs_timeout;
+        if (hs_deadline > deadline_ns)
+            hs_deadline = deadline_ns;
+        h = hs_slot(ctl, &ss);
+        ctl->hs_from[h - ctl->hs] = ss;
+        sh_hs_srv_begin(h, fd, peer, hs_deadline);
+        /* A peer's first message is usually here already. */
+        if (sh_hs_srv_step(h, ctl->kjob, me, accept_child, &arg, &chan) == 1)
+            take_channel(ctl, &chan);
+    }
+}
+
+/* Serve the listener and the handshakes in progress on it until @wake_ns,
+ * or until something arrived: new connections are accepted, every
+ * handshake advances as its peer's messages arrive (many at once: one that
+ * stalls delays none of the others), one that passes its deadline is
+ * abandoned, and a proven peer is taken (take_channel). */
+static void serve_listener(struct sh_ctl *ctl, int64_t wake_ns, int64_t deadline_ns)
 {
     /* Until woken, anyone may connect (the sentinel started us for the first
      * connection, whatever it was): rejections are logged at debug only. */
     struct sh_hs_ident me = { ctl->jobid, ctl->stepid, ctl->index,
                               ctl->wait_wake && !ctl->woken };
     struct accept_arg arg = { ctl };
-    struct sockaddr_storage ss;
-    socklen_t sslen = sizeof(ss);
-    char host[64], peer[96];
-    struct sh_chan chan;
-    int64_t hs_deadline;
-    int fd;
+    struct pollfd pfd[1 + SH_CTL_HS_SLOTS];
+    unsigned slot[1 + SH_CTL_HS_SLOTS];
+    int64_t now = sh_now_ns(), until = wake_ns;
+    nfds_t n = 0;
 
-    fd = accept4(ctl->listen_fd, (struct sockaddr *)&ss, &sslen,
-                 SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0)
-        return;
-    set_nodelay(fd);
-    if (getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), NULL, 0,
-                    NI_NUMERICHOST) != 0)
-        snprintf(host, sizeof(host), "?");
-    snprintf(peer, sizeof(peer), "connection from %s", host);
-    hs_deadline = sh_now_ns() + ctl->hs_timeout;
-    if (hs_deadline > deadline_ns)
-        hs_deadline = deadline_ns;
-    if (sh_hs_server(fd, ctl->kjob, &me, accept_child, &arg, peer, hs_deadline,
-                     &chan) != 0) {
-        close(fd);
-        return;
+    for (unsigned i = 0; i < SH_CTL_HS_SLOTS; i++) {
+        struct sh_hs_srv *h = &ctl->hs[i];
+
+        if (h->fd < 0)
+            continue;
+        if (now >= h->deadline_ns) {
+            sh_debug("ctl", "%s: no handshake by its deadline: closed", h->peer);
+            sh_hs_srv_abort(h);
+            continue;
+        }
+        if (h->deadline_ns < until)
+            until = h->deadline_ns;
+        pfd[n] = (struct pollfd){ .fd = h->fd, .events = POLLIN };
+        slot[n++] = i;
     }
-    snprintf(chan.peer, sizeof(chan.peer), "%s(%u)", ctl->names[chan.peer_index],
-             chan.peer_index);
-    if (ctl->wait_wake && !ctl->woken)
-        sh_debug("ctl", "woken by %s, which proved the job key", chan.peer);
-    ctl->woken = true;
-    if (chan.peer_index < ctl->first_child) { /* the parent's wake-up: done */
-        sh_chan_close(&chan);
+    if (ctl->listen_fd >= 0) {
+        pfd[n] = (struct pollfd){ .fd = ctl->listen_fd, .events = POLLIN };
+        slot[n++] = SH_CTL_HS_SLOTS;
+    }
+    if (poll(pfd, n, sh_poll_ms_until(until)) <= 0)
         return;
+    /* Handshakes first: a new connection may take the slot of a stalled one. */
+    for (nfds_t j = 0; j < n; j++) {
+        struct sh_chan chan;
+
+        if (slot[j] == SH_CTL_HS_SLOTS || pfd[j].revents == 0)
+            continue;
+        if (sh_hs_srv_step(&ctl->hs[slot[j]], ctl->kjob, &me, accept_child, &arg,
+                           &chan) == 1)
+            take_channel(ctl, &chan);
     }
-    if (ctl->child[chan.peer_index - ctl->first_child].fd >= 0) {
-        sh_info("ctl", "node %s connected again: replacing its earlier connection",
-                chan.peer);
-        sh_chan_close(&ctl->child[chan.peer_index - ctl->first_child]);
-    }
-    ctl->child[chan.peer_index - ctl->first_child] = chan;
-    sh_debug("ctl", "child %s connected from %s", chan.peer, host);
+    me.quiet = ctl->wait_wake && !ctl->woken;
+    if (n > 0 && slot[n - 1] == SH_CTL_HS_SLOTS && pfd[n - 1].revents != 0)
+        accept_pending(ctl, &me, deadline_ns);
+}
+
+/* Abandon every handshake in progress. */
+static void hs_abort_all(struct sh_ctl *ctl)
+{
+    for (unsigned i = 0; i < SH_CTL_HS_SLOTS; i++)
+        if (ctl->hs[i].fd >= 0)
+            sh_hs_srv_abort(&ctl->hs[i]);
 }
 
 static uint32_t children_connected(const struct sh_ctl *ctl)
@@ -538,6 +679,8 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     ctl->hs_timeout = cfg->hs_timeout_ns > 0 ? cfg->hs_timeout_ns : SH_CTL_HS_TIMEOUT;
     ctl->max_payload = cfg->max_payload != 0 ? cfg->max_payload : SH_FRAME_MAX_PAYLOAD;
     ctl->listen_fd = -1;
+    for (unsigned i = 0; i < SH_CTL_HS_SLOTS; i++)
+        ctl->hs[i].fd = -1;
     ctl->parent.fd = -1;
     ctl->wait_wake = cfg->wait_wake && cfg->inherit_listener;
     if (ctl->nchild > 0) {
@@ -561,17 +704,12 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
     while (sh_now_ns() < my_deadline) {
         int need_parent = ctl->index != 0 && ctl->parent.fd < 0;
         int64_t wake = my_deadline;
-        struct pollfd pfd;
-        int rc;
 
         if (ctl->wait_wake && !ctl->woken) {
             /* Started by a sentinel for a connection that proved nothing:
              * reach nobody (that would wake the parent's and children's
              * sentinels for anyone who connects) until a peer proves K_job. */
-            pfd = (struct pollfd){ .fd = ctl->listen_fd, .events = POLLIN };
-            rc = poll(&pfd, 1, sh_poll_ms_until(my_deadline));
-            if (rc > 0 && (pfd.revents & POLLIN))
-                serve_listener(ctl, my_deadline);
+            serve_listener(ctl, my_deadline, my_deadline);
             if (ctl->woken)
                 t_start = next_try = next_poke = sh_now_ns();
             continue;
@@ -602,10 +740,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
             if (next_poke < wake)
                 wake = next_poke;
         }
-        pfd = (struct pollfd){ .fd = ctl->listen_fd, .events = POLLIN };
-        rc = poll(&pfd, ctl->listen_fd >= 0 ? 1 : 0, sh_poll_ms_until(wake));
-        if (rc > 0 && (pfd.revents & POLLIN))
-            serve_listener(ctl, my_deadline);
+        serve_listener(ctl, wake, my_deadline);
     }
     if (ctl->wait_wake && !ctl->woken) {
         sh_debug("ctl", "no peer proved the job key by the deadline: this node was not "
@@ -630,6 +765,7 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
              "%u child(ren))", (double)(sh_now_ns() - t_start) / 1e9, attempts,
              children_connected(ctl));
     /* Late children must fail fast instead of waiting in our backlog. */
+    hs_abort_all(ctl);
     if (ctl->listen_fd >= 0) {
         close(ctl->listen_fd);
         ctl->listen_fd = -1;
@@ -649,6 +785,7 @@ void sh_ctl_close(struct sh_ctl *ctl)
 {
     if (ctl == NULL)
         return;
+    hs_abort_all(ctl);
     if (ctl->listen_fd >= 0)
         close(ctl->listen_fd);
     if (ctl->parent.fd >= 0)

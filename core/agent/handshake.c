@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -238,78 +240,218 @@ out:
     return rc;
 }
 
+_Static_assert(CHALLENGE_LEN <= sizeof(((struct sh_hs_srv *)0)->buf),
+               "a handshake message fits the server's buffer");
+
+enum { SRV_HELLO = 1, SRV_PROOF = 2 };
+
+void sh_hs_srv_begin(struct sh_hs_srv *s, int fd, const char *peer, int64_t deadline_ns)
+{
+    memset(s, 0, sizeof(*s));
+    s->fd = fd;
+    s->deadline_ns = deadline_ns;
+    s->started_ns = sh_now_ns();
+    s->state = SRV_HELLO;
+    snprintf(s->peer, sizeof(s->peer), "%s", peer);
+}
+
+bool sh_hs_srv_waiting_hello(const struct sh_hs_srv *s)
+{
+    return s->state == SRV_HELLO;
+}
+
+void sh_hs_srv_abort(struct sh_hs_srv *s)
+{
+    if (s->fd >= 0)
+        close(s->fd);
+    sh_key_wipe(s, sizeof(*s));
+    s->fd = -1;
+}
+
+/* Fail @s with @err (its stream closed). */
+static int srv_fail(struct sh_hs_srv *s, int err)
+{
+    sh_hs_srv_abort(s);
+    errno = err != 0 ? err : EPROTO;
+    return -1;
+}
+
+/* Decode the complete message of @type in @buf (header checked). */
+static void decode(const unsigned char *buf, uint16_t type, struct hs_msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = type;
+    if (type == HS_PROOF) {
+        memcpy(m->proof, buf + 8, SH_KEY_LEN);
+        return;
+    }
+    m->jobid = sh_get_be64(buf + 8);
+    m->stepid = sh_get_be64(buf + 16);
+    m->from = sh_get_be32(buf + 24);
+    m->to = sh_get_be32(buf + 28);
+    memcpy(m->nonce, buf + 32, SH_NONCE_LEN);
+    if (type == HS_CHALLENGE)
+        memcpy(m->proof, buf + HELLO_LEN, SH_KEY_LEN);
+}
+
+/* The client's HELLO in @s->buf: answer with our CHALLENGE. */
+static int srv_hello(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
+                     const struct sh_hs_ident *me, sh_hs_accept_fn accept, void *arg,
+                     enum sh_log_level rej)
+{
+    struct hs_msg hello, ch = { .type = HS_CHALLENGE, .jobid = me->jobid,
+                                .stepid = me->stepid, .from = me->index };
+    int rc = -1;
+
+    decode(s->buf, HS_HELLO, &hello);
+    snprintf(s->name, sizeof(s->name), "%.95s claiming node %u", s->peer, hello.from);
+    if (hello.jobid != me->jobid || hello.stepid != me->stepid ||
+        hello.to != me->index) {
+        sh_debug("ctl", "%s wants job %llu step %llu node %u: not us", s->name,
+                 (unsigned long long)hello.jobid, (unsigned long long)hello.stepid,
+                 hello.to);
+        return srv_fail(s, ENXIO);
+    }
+    if (accept != NULL && !accept(hello.from, arg)) {
+        sh_log(rej, "ctl", "handshake with %s refused: not a node we accept here",
+               s->name);
+        return srv_fail(s, ENXIO);
+    }
+    s->client = hello.from;
+    memcpy(s->nonce_c, hello.nonce, SH_NONCE_LEN);
+    ch.to = hello.from;
+    /* 96 bytes on a fresh connection: the socket buffer takes them at once,
+     * so this write never waits for the peer. */
+    if (sh_random_bytes(ch.nonce, SH_NONCE_LEN) == 0 &&
+        make_proof(kjob, "server", me->jobid, me->stepid, me->index, hello.from,
+                   hello.nonce, ch.nonce, ch.proof) == 0 &&
+        send_msg(s->fd, &ch, s->deadline_ns) == 0) {
+        memcpy(s->nonce_s, ch.nonce, SH_NONCE_LEN);
+        s->state = SRV_PROOF;
+        s->have = 0;
+        rc = 0;
+    }
+    sh_key_wipe(&ch, sizeof(ch));
+    return rc == 0 ? 0 : srv_fail(s, errno);
+}
+
+/* The client's PROOF in @s->buf: check it, welcome the client. */
+static int srv_proof(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
+                     const struct sh_hs_ident *me, enum sh_log_level rej,
+                     struct sh_chan *out)
+{
+    unsigned char want[SH_KEY_LEN], c2s[SH_KEY_LEN], s2c[SH_KEY_LEN];
+    struct hs_msg proof;
+    int err = 0;
+
+    decode(s->buf, HS_PROOF, &proof);
+    if (make_proof(kjob, "client", me->jobid, me->stepid, me->index, s->client,
+                   s->nonce_c, s->nonce_s, want) != 0)
+        err = errno;
+    else if (CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0) {
+        sh_log(rej, "ctl", "handshake with %s rejected: it does not prove the job key "
+               "(keyless or foreign peer)", s->name);
+        err = EACCES;
+    } else if (sh_key_derive_session(kjob, s->nonce_c, s->nonce_s, c2s, s2c) != 0) {
+        err = errno;
+    } else {
+        chan_init(out, s->fd, s2c, c2s, s->client, s->peer);
+        if (sh_frame_send(s->fd, &out->tx, HS_WELCOME, NULL, 0, s->deadline_ns) != 0) {
+            err = errno;
+            sh_key_wipe(out, sizeof(*out));
+            out->fd = -1;
+        }
+    }
+    sh_key_wipe(want, sizeof(want));
+    sh_key_wipe(c2s, sizeof(c2s));
+    sh_key_wipe(s2c, sizeof(s2c));
+    sh_key_wipe(&proof, sizeof(proof));
+    if (err != 0)
+        return srv_fail(s, err);
+    s->fd = -1; /* the channel owns the stream */
+    sh_hs_srv_abort(s);
+    return 1;
+}
+
+int sh_hs_srv_step(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
+                   const struct sh_hs_ident *me, sh_hs_accept_fn accept, void *arg,
+                   struct sh_chan *out)
+{
+    enum sh_log_level rej = me->quiet ? SH_LOG_DEBUG : SH_LOG_WARN;
+
+    out->fd = -1;
+    for (;;) {
+        uint16_t type = s->state == SRV_HELLO ? HS_HELLO : HS_PROOF;
+        const char *who = s->state == SRV_HELLO ? s->peer : s->name;
+        size_t len = msg_len(type);
+        ssize_t n = read(s->fd, s->buf + s->have, len - s->have);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n < 0)
+            return srv_fail(s, errno);
+        if (n == 0) {
+            if (s->have > 0)
+                sh_log(rej, "ctl", "handshake with %s rejected: truncated message",
+                       who);
+            else
+                sh_debug("ctl", "%s closed the connection during the handshake",
+                         who);
+            return srv_fail(s, s->have > 0 ? EPROTO : ECONNRESET);
+        }
+        s->have += (size_t)n;
+        if (s->have >= 8 && s->have - (size_t)n < 8 &&
+            (sh_get_be32(s->buf) != HS_MAGIC || s->buf[4] != (HS_VERSION >> 8) ||
+             s->buf[5] != (HS_VERSION & 0xff) || s->buf[6] != (type >> 8) ||
+             s->buf[7] != (type & 0xff))) {
+            sh_log(rej, "ctl", "handshake with %s rejected: not a stagehand handshake "
+                   "message of the expected version and type", who);
+            return srv_fail(s, EPROTO);
+        }
+        if (s->have < len)
+            continue;
+        if (type == HS_HELLO) {
+            if (srv_hello(s, kjob, me, accept, arg, rej) != 0)
+                return -1;
+            continue; /* the PROOF may be here already */
+        }
+        return srv_proof(s, kjob, me, rej, out);
+    }
+}
+
 int sh_hs_server(int fd, const unsigned char kjob[SH_KEY_LEN],
                  const struct sh_hs_ident *me, sh_hs_accept_fn accept, void *arg,
                  const char *peer, int64_t deadline_ns, struct sh_chan *out)
 {
-    struct hs_msg hello, proof;
-    struct hs_msg ch = { .type = HS_CHALLENGE, .jobid = me->jobid,
-                         .stepid = me->stepid, .from = me->index };
-    unsigned char want[SH_KEY_LEN], c2s[SH_KEY_LEN], s2c[SH_KEY_LEN];
-    enum sh_log_level rej = me->quiet ? SH_LOG_DEBUG : SH_LOG_WARN;
-    char name[96];
-    int rc = -1;
-    int err = 0;
+    struct sh_hs_srv s;
+    int fl = fcntl(fd, F_GETFL), rc;
 
     out->fd = -1;
-    if (recv_msg(fd, HS_HELLO, peer, rej, deadline_ns, &hello) != 0) {
-        err = errno;
-        goto out;
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        int e = errno;
+
+        close(fd);
+        errno = e;
+        return -1;
     }
-    snprintf(name, sizeof(name), "%s claiming node %u", peer, hello.from);
-    if (hello.jobid != me->jobid || hello.stepid != me->stepid ||
-        hello.to != me->index) {
-        sh_debug("ctl", "%s wants job %llu step %llu node %u: not us", name,
-                 (unsigned long long)hello.jobid, (unsigned long long)hello.stepid,
-                 hello.to);
-        err = ENXIO;
-        goto out;
+    sh_hs_srv_begin(&s, fd, peer, deadline_ns);
+    while ((rc = sh_hs_srv_step(&s, kjob, me, accept, arg, out)) == 0) {
+        struct pollfd p = { .fd = s.fd, .events = POLLIN };
+        int ms = sh_poll_ms_until(deadline_ns);
+
+        if (ms == 0) {
+            sh_hs_srv_abort(&s);
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        (void)poll(&p, 1, ms);
     }
-    if (accept != NULL && !accept(hello.from, arg)) {
-        sh_log(rej, "ctl", "handshake with %s refused: not a node we accept here",
-               name);
-        err = ENXIO;
-        goto out;
-    }
-    ch.to = hello.from;
-    if (sh_random_bytes(ch.nonce, SH_NONCE_LEN) != 0 ||
-        make_proof(kjob, "server", me->jobid, me->stepid, me->index, hello.from,
-                   hello.nonce, ch.nonce, ch.proof) != 0 ||
-        send_msg(fd, &ch, deadline_ns) != 0 ||
-        recv_msg(fd, HS_PROOF, name, rej, deadline_ns, &proof) != 0 ||
-        make_proof(kjob, "client", me->jobid, me->stepid, me->index, hello.from,
-                   hello.nonce, ch.nonce, want) != 0) {
-        err = errno;
-        if (err == ECONNRESET)
-            sh_debug("ctl", "%s closed the connection during the handshake", name);
-        goto out;
-    }
-    if (CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0) {
-        sh_log(rej, "ctl", "handshake with %s rejected: it does not prove the job key "
-               "(keyless or foreign peer)", name);
-        err = EACCES;
-        goto out;
-    }
-    if (sh_key_derive_session(kjob, hello.nonce, ch.nonce, c2s, s2c) != 0) {
-        err = errno;
-        goto out;
-    }
-    chan_init(out, fd, s2c, c2s, hello.from, peer);
-    if (sh_frame_send(fd, &out->tx, HS_WELCOME, NULL, 0, deadline_ns) != 0) {
-        err = errno;
-        sh_key_wipe(out, sizeof(*out));
-        out->fd = -1;   /* the caller still owns and closes @fd */
-        goto out;
-    }
-    rc = 0;
-out:
-    sh_key_wipe(want, sizeof(want));
-    sh_key_wipe(c2s, sizeof(c2s));
-    sh_key_wipe(s2c, sizeof(s2c));
-    sh_key_wipe(&ch, sizeof(ch));
-    if (rc != 0)
-        errno = err != 0 ? err : EPROTO;
-    return rc;
+    if (rc < 0)
+        return -1;
+    (void)fcntl(fd, F_SETFL, fl); /* leave it as it came */
+    return 0;
 }
 
 void sh_chan_close(struct sh_chan *chan)

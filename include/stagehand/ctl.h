@@ -36,6 +36,10 @@
 #define SH_CTL_FANOUT_DEFAULT   32u
 #define SH_CTL_MARGIN_DEFAULT   (250 * INT64_C(1000000))   /* ns per tree level */
 #define SH_CTL_HS_TIMEOUT       (3 * INT64_C(1000000000))  /* ns per handshake */
+/* Handshakes a listener serves at once, and of those at most this many from
+ * one address: connections that stall cannot keep a peer out. */
+#define SH_CTL_HS_SLOTS         64u
+#define SH_CTL_HS_SLOTS_PER_ADDR 8u
 /* Retries of an unreachable parent. Agents start tens of milliseconds apart
  * in a prolog, so a child often finds its parent not yet listening; a refused
  * connect costs one round trip, so the delay grows with the time already

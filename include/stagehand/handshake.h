@@ -55,15 +55,52 @@ int sh_hs_client(int fd, const unsigned char kjob[SH_KEY_LEN],
                  const struct sh_hs_ident *me, uint32_t server_index,
                  const char *peer, int64_t deadline_ns, struct sh_chan *out);
 
-/* Run the server side on the accepted stream @fd. On success fills @out
- * (takes @fd; out->peer_index is the client's index); on failure out->fd is
- * -1 and the caller closes @fd. Returns 0, or -1 with
+/* Run the server side on the accepted stream @fd until @deadline_ns,
+ * blocking (sh_hs_srv_* for many at once). Takes @fd: on success @out holds
+ * it (out->peer_index is the client's index), on failure it is closed and
+ * out->fd is -1. Returns 0, or -1 with
  * errno: ENXIO (another job/step, or @accept refused the index), EACCES (the
  * client failed to prove the key: logged as a rejected peer), EPROTO,
  * ECONNRESET, ETIMEDOUT, EIO. */
 int sh_hs_server(int fd, const unsigned char kjob[SH_KEY_LEN],
                  const struct sh_hs_ident *me, sh_hs_accept_fn accept, void *arg,
                  const char *peer, int64_t deadline_ns, struct sh_chan *out);
+
+/* The server side of one handshake in progress, driven without blocking, so
+ * that an agent serves many connections at once: a peer that connects and
+ * stalls (or a flood of them) holds one slot until its deadline, never the
+ * listener. Fields are private to handshake.c. */
+struct sh_hs_srv {
+    int fd;                    /* the accepted stream (non-blocking); -1: free */
+    int64_t deadline_ns;       /* CLOCK_MONOTONIC ns: the whole exchange */
+    int64_t started_ns;
+    unsigned state;            /* awaiting HELLO or PROOF */
+    size_t have;               /* bytes of the awaited message received */
+    unsigned char buf[128];
+    uint32_t client;           /* the index the client claims (after HELLO) */
+    unsigned char nonce_c[SH_NONCE_LEN], nonce_s[SH_NONCE_LEN];
+    char peer[96];             /* "connection from ADDR" for log messages */
+    char name[128];            /* the same "claiming node N", once known */
+};
+
+/* Start a server handshake on the accepted non-blocking stream @fd (taken)
+ * that must finish by @deadline_ns; @peer names it in messages. */
+void sh_hs_srv_begin(struct sh_hs_srv *s, int fd, const char *peer, int64_t deadline_ns);
+
+/* Advance @s with what @s->fd has to read now (call when poll(2) reports it
+ * readable, or at any time). Returns 1 when the client proved K_job (@out is
+ * the channel and takes the stream; @s is free again), 0 when it needs more
+ * input, -1 when the handshake failed (errno as sh_hs_server; the stream is
+ * closed and @s is free). Messages as sh_hs_server. */
+int sh_hs_srv_step(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
+                   const struct sh_hs_ident *me, sh_hs_accept_fn accept, void *arg,
+                   struct sh_chan *out);
+
+/* Does @s still wait for the client's first message (HELLO)? */
+bool sh_hs_srv_waiting_hello(const struct sh_hs_srv *s);
+
+/* Abandon @s: close its stream, wipe its state (a free slot again). */
+void sh_hs_srv_abort(struct sh_hs_srv *s);
 
 /* Close the connection and wipe its keys. */
 void sh_chan_close(struct sh_chan *chan);

@@ -112,9 +112,7 @@ static void *server_thread(void *p)
 
     s->rc = sh_hs_server(s->fd, s->key, &s->me, accept_one, NULL, "client",
                          sh_now_ns() + 3 * SH_NS_PER_S, &s->chan);
-    s->err = errno;
-    if (s->rc != 0)
-        close(s->fd);   /* what the ctl layer does: the client sees EOF */
+    s->err = errno;     /* on failure it closed the stream: the client sees EOF */
     return NULL;
 }
 
@@ -602,6 +600,57 @@ END_TEST
 
 /* The root starts 700 ms after its children (prologs start skewed); every
  * child keeps retrying and the tree forms. */
+/* Connect to 127.0.0.1:@port as fast as possible, holding every connection
+ * idle, or (every second one) after an 8-byte handshake header that never
+ * goes on, until killed. */
+static void __attribute__((noreturn)) flood(uint16_t port)
+{
+    static const unsigned char head[8] = { 'S', 'H', 'H', 'S', 0, 1, 0, 1 };
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+    unsigned held = 0;
+
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    alarm(30);
+    for (;;) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            if (fd >= 0)
+                close(fd);
+            usleep(1000);
+            continue;
+        }
+        if (held++ % 2 == 1)
+            (void)!write(fd, head, sizeof(head));
+        if (held >= 900) /* below RLIMIT_NOFILE's usual 1024 */
+            pause();
+    }
+}
+
+/* Issue 30: anyone may connect to a job's control port. Hundreds of
+ * connections that never complete a handshake, held open from the moment
+ * the root listens, keep no child out: handshakes are served side by side,
+ * each slot bounded by the handshake timeout. Served one at a time, as
+ * before, 40 such connections cost 40 timeouts and the join failed. */
+START_TEST(tree_flooded)
+{
+    struct tree t = { .n = 5, .k = 4, .jobid = (uint64_t)getpid() * 100 + 13,
+                      .absent = -1, .keyless = -1, .late = 1, .late_ms = 1500,
+                      .hs_timeout = 2 * SH_NS_PER_S };
+    pid_t f;
+    int status;
+
+    t.port_base = test_port(13);
+    f = fork();
+    ck_assert_int_ge(f, 0);
+    if (f == 0)
+        flood(sh_ctl_derive_port(t.jobid, 0, t.port_base, 48));
+    run_tree(&t);
+    kill(f, SIGKILL);
+    waitpid(f, &status, 0);
+}
+END_TEST
+
 START_TEST(tree_late_root)
 {
     struct tree t = { .n = 6, .k = 5, .jobid = (uint64_t)getpid() * 100 + 8,
@@ -790,6 +839,7 @@ int main(void)
     tcase_add_test(tc, tree_port_taken);
     tcase_add_test(tc, retry_delay);
     tcase_add_test(tc, tree_late_root);
+    tcase_add_test(tc, tree_flooded);
     tcase_add_test(tc, tree_port_bound_not_listening);
     tcase_add_test(tc, tree_sentinels_woken);
     tcase_add_test(tc, adopt_listener_checked);
