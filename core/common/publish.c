@@ -481,6 +481,19 @@ reopen:
     fd = openat(dirfd, lname, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
+    {
+        /* Another user's file under the lock's name (it may be writable by
+         * all and held by its owner): never wait for it (issue 30). */
+        struct stat st;
+
+        if (fstat(fd, &st) != 0 || st.st_uid != geteuid()) {
+            int e = errno;
+
+            close(fd);
+            errno = st.st_uid != geteuid() ? EPERM : e;
+            return -1;
+        }
+    }
     for (;;) {
         struct timespec nap = { 0, 20L * 1000 * 1000 };
 

@@ -121,8 +121,10 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
  * (case F03). A lock taken on a file that its previous holder removed
  * meanwhile (sh_publish_unlock_remove) is dropped and taken again on the
  * file that now has the name, so removing the lock file is safe. Stores the
- * lock fd. Returns 0, or -1 with errno = ETIMEDOUT (bound reached), or
- * open(2)'s / fstat(2)'s errno. */
+ * lock fd. A lock file that belongs to another user is refused at once,
+ * whatever its mode (a file writable by all and held by its owner would make
+ * us wait). Returns 0, or -1 with errno = ETIMEDOUT (bound reached), EPERM
+ * (another user's file), or open(2)'s / fstat(2)'s errno. */
 int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd);
 /* Release a lock taken with sh_publish_lock (closes the fd; fd < 0 no-op). */

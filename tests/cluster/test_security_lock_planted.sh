@@ -7,7 +7,9 @@
 # misleading "cannot write in the directory"; nothing is left under DST's
 # name (no DST, no temp file); the planted file is left alone. Once under
 # on_node_fault=fail (the default) and once under on_node_fault=drain: a
-# user's doing drains no node.
+# user's doing drains no node. (c) The attacker's file is writable by all
+# (0666) and the attacker holds it (flock): the victim fails as at once,
+# instead of waiting half its staging deadline for a lock it can never get.
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=tests/cluster/faultlib.sh
@@ -49,12 +51,13 @@ attempt() {
         fail "$what: the message does not name $lock and its owner $other (uid $ouid): $(cat "$out")"
     for n in $MINICLUSTER_NODES; do
         on_node "$n" test ! -e "$dst" || fail "$what: $n: $dst exists after the failure"
-        [ "$(on_node "$n" stat -c '%U %a' "$lock")" = "$other 644" ] || fail "$what: $n: the planted lock changed"
+        [ "$(on_node "$n" stat -c '%U %a' "$lock")" = "$other $mode" ] || fail "$what: $n: the planted lock changed"
     done
     assert_no_temp_files "$dst"
     grep -m1 'lock file' "$out"
 }
 
+mode=644
 msg=$(attempt "(a)") || { echo "$msg"; exit 1; }
 echo "ok: (a) planted lock: job failed, message: $msg"
 assert_no_drain
@@ -63,3 +66,31 @@ plugstack_add on_node_fault=drain
 msg=$(attempt "(b)") || { echo "$msg"; exit 1; }
 assert_no_drain
 echo "ok: (b) under on_node_fault=drain: job failed naming the lock and its owner, no node drained"
+
+# (c) writable by all and held by its owner
+plugstack_restore
+holders=()
+for n in $MINICLUSTER_NODES; do
+    on_node_as_other "$n" sh -c "umask 0 && chmod 666 '$lock' && exec flock '$lock' sleep 120" &
+    holders+=($!)
+done
+for n in $MINICLUSTER_NODES; do
+    for _ in $(seq 1 50); do
+        [ "$(on_node "$n" stat -c %a "$lock")" = 666 ] && break
+        sleep 0.1
+    done
+done
+sleep 0.5
+mode=666
+t0=$SECONDS
+stop_holders() {
+    for n in $MINICLUSTER_NODES; do on_node "$n" pkill -u "$other" -f "flock $lock" 2>/dev/null; done
+    kill "${holders[@]}" 2>/dev/null
+    wait 2>/dev/null
+}
+msg=$(attempt "(c)") || { stop_holders; echo "$msg"; exit 1; }
+took=$((SECONDS - t0))
+stop_holders
+[ "$took" -lt 30 ] || fail "(c) the job took $took s to fail: it waited for the attacker's lock"
+assert_no_drain
+echo "ok: (c) a held lock file writable by all: job failed after $took s naming its owner"

@@ -11,11 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "stagehand/clock.h"
 #include "stagehand/io.h"
 #include "stagehand/publish.h"
 
@@ -680,6 +682,21 @@ START_TEST(lock_of_another_user_named)
                                                  sizeof(msg)), 0);
         ck_assert_ptr_nonnull(strstr(msg, "lock file /x/.mine.lock belongs to "));
         ck_assert_ptr_nonnull(strstr(msg, "(uid 4242), not to you: Permission denied"));
+        /* writable by all and held by its owner: refused at once, no wait */
+        ck_assert_int_eq(fchmodat(dirfd_, ".mine.lock", 0666, 0), 0);
+        fd = openat(dirfd_, ".mine.lock", O_RDWR);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(flock(fd, LOCK_EX), 0);
+        {
+            int lfd = -1;
+            int64_t t0 = sh_now_ns();
+
+            ck_assert_int_eq(sh_publish_lock(dirfd_, "mine", 5 * SH_NS_PER_S, &lfd), -1);
+            ck_assert_int_eq(errno, EPERM);
+            ck_assert_int_eq(lfd, -1);
+            ck_assert(sh_now_ns() - t0 < 4 * SH_NS_PER_S); /* not the 5 s wait */
+        }
+        close(fd);
     }
 }
 END_TEST
