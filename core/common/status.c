@@ -42,7 +42,7 @@ int sh_status_write(const char *path, const struct sh_status *st)
         errno = ENAMETOOLONG;
         return -1;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
     f = fdopen(fd, "w");

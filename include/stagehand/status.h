@@ -51,8 +51,9 @@ int sh_status_path(const char *runtime_dir, unsigned long jobid, long stepid,
                    char *out, size_t outlen);
 
 /* Write @st to @path atomically: a temp file in the same directory created
- * O_EXCL|O_NOFOLLOW mode 0644, fsync, rename(2). Returns 0, or -1 with errno
- * from open/write/fsync/rename. */
+ * O_EXCL|O_NOFOLLOW mode 0600 (it names the job's images and nodes; its
+ * readers, the task's privileged SPANK hook and the admin, are root), fsync,
+ * rename(2). Returns 0, or -1 with errno from open/write/fsync/rename. */
 int sh_status_write(const char *path, const struct sh_status *st);
 
 /* Read @path into @st. Opens with O_NOFOLLOW and requires a regular file

@@ -58,6 +58,13 @@ START_TEST(status_round_trip_over_garbage)
     sh_status_add_image(w, "/nvme/b.sqsh");
     sh_status_add_summary(w, "/nvme/a.sqsh: all 3 nodes current, nothing copied (0.004 s)");
     ck_assert_int_eq(sh_status_write(path, w), 0);
+    {
+        struct stat sb;
+
+        /* readable by its owner only: it names the job's images (issue 30) */
+        ck_assert_int_eq(stat(path, &sb), 0);
+        ck_assert_uint_eq(sb.st_mode & 07777, 0600);
+    }
 
     if (geteuid() != 0) {
         /* The reader trusts only root's files. */
