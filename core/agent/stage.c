@@ -510,11 +510,18 @@ static int bind_listener(struct agent *a, char *err, size_t errlen)
     return -1;
 }
 
-static int root_setup(struct agent *a, char *err, size_t errlen)
+/* Root's part of a staging: the runtime directory, the user's default
+ * directory, Open MPI's environment, the control-plane listener and the job
+ * key. Returns 0, or -1 with the reason in @err; *@busy is set when the
+ * reason is the node's load, not a fault of the node: every control-plane
+ * port is held by other stagings (stagehand.8 SECURITY). */
+static int root_setup(struct agent *a, char *err, size_t errlen, bool *busy)
 {
     struct sh_site_key site;
     char dflt[PATH_MAX];
     bool user_fault = false;
+
+    *busy = false;
 
     if (sh_rundir_make(SH_RUNTIME_DIR, a->in.jobid,
                        a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid, a->in.uid,
@@ -547,8 +554,10 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
 
     if (load_mpi_env(a, err, errlen) != 0)
         return -1;
-    if (bind_listener(a, err, errlen) != 0)
+    if (bind_listener(a, err, errlen) != 0) {
+        *busy = errno == EADDRINUSE;
         return -1;
+    }
     if (sh_key_load_site(a->cfg.key_file, &site) != 0) {
         snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
         return -1;
@@ -1841,6 +1850,7 @@ int sh_agent_prolog_main(void)
     static struct agent a;
     char err[SH_STATUS_LINE_MAX];
     int64_t t_start = now_ns(), t_setup = 0;
+    bool busy = false;
     int out_fd, devnull;
 
     a.listener = -1;
@@ -1894,8 +1904,12 @@ int sh_agent_prolog_main(void)
             goto done;
         }
     }
-    if (root_setup(&a, err, sizeof(err)) != 0) {
-        set_failure(&a, true, "node %s: %s", a.in.nodename, err);
+    if (root_setup(&a, err, sizeof(err), &busy) != 0) {
+        /* Ports all held by other stagings (which users can start, and
+         * stop): the job's failure, never a reason to drain the node. */
+        set_failure(&a, !busy, "node %s: %s%s", a.in.nodename, err,
+                    busy ? " (too many stagings on this node at once: submit again "
+                           "later, or ask the administrator to widen port_range)" : "");
         goto done;
     }
     if (drop_privileges(&a, err, sizeof(err)) != 0) {

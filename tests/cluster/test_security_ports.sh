@@ -87,3 +87,26 @@ for n in $MINICLUSTER_NODES; do
     fi
 done
 echo "ok: another user cannot bind the control-plane ports (EACCES) nor fail a staging by holding them"
+
+# Every port of the range held by root's listeners on n2, as by too many
+# other stagings at once there (a user can start, and stop, many): the job
+# fails naming the reason, and even under on_node_fault=drain no node drains.
+touch "/shared/$tok.stop"
+for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null; done
+rm -f "/shared/$tok.stop"
+hog_pids=()
+on_node n2 python3 "$tool" hog "/shared/$tok.root.ready" "/shared/$tok.stop" "$base:$range" &
+hog_pids+=("$!")
+for _ in $(seq 1 150); do [ -e "/shared/$tok.root.ready" ] && break; sleep 0.2; done
+grep -q "^$base:$range bound: $((2 * range))" "/shared/$tok.root.ready" 2>/dev/null ||
+    fail "root could not hold the whole range on n2: $(cat "/shared/$tok.root.ready" 2>/dev/null)"
+id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+         --wrap 'echo script-ran') || fail "sbatch: $id"
+st=$(wait_job_end "$id" 120)
+[ "$st" = FAILED ] || fail "job $id ended $st with no free control-plane port on n2: $(cat "$out")"
+grep -q "n2: no free control-plane port.*too many stagings on this node at once" "$out" ||
+    fail "job $id: the message does not say n2 has no free port: $(cat "$out")"
+! grep -q script-ran "$out" || fail "job $id: the script ran"
+assert_no_temp_files "$dst"
+assert_no_drain
+echo "ok: no free control-plane port on n2: the job failed saying so, no node drained"
