@@ -506,7 +506,7 @@ static void accept_pending(struct sh_ctl *ctl, const struct sh_hs_ident *me,
 
     for (unsigned n = 0; n < SH_CTL_HS_SLOTS; n++) {
         struct sh_chan chan;
-        struct sockaddr_storage ss;
+        struct sockaddr_storage ss = { .ss_family = AF_UNSPEC };
         socklen_t sslen = sizeof(ss);
         char host[64], peer[96];
         struct sh_hs_srv *h;

@@ -347,17 +347,18 @@ static int srv_proof(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
     decode(s->buf, HS_PROOF, &proof);
     if (make_proof(kjob, "client", me->jobid, me->stepid, me->index, s->client,
                    s->nonce_c, s->nonce_s, want) != 0)
-        err = errno;
-    else if (CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0) {
+        err = errno != 0 ? errno : EIO;
+    if (err == 0 && CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0) {
         sh_log(rej, "ctl", "handshake with %s rejected: it does not prove the job key "
                "(keyless or foreign peer)", s->name);
         err = EACCES;
-    } else if (sh_key_derive_session(kjob, s->nonce_c, s->nonce_s, c2s, s2c) != 0) {
-        err = errno;
-    } else {
+    }
+    if (err == 0 && sh_key_derive_session(kjob, s->nonce_c, s->nonce_s, c2s, s2c) != 0)
+        err = errno != 0 ? errno : EIO;
+    if (err == 0) {
         chan_init(out, s->fd, s2c, c2s, s->client, s->peer);
         if (sh_frame_send(s->fd, &out->tx, HS_WELCOME, NULL, 0, s->deadline_ns) != 0) {
-            err = errno;
+            err = errno != 0 ? errno : EIO;
             sh_key_wipe(out, sizeof(*out));
             out->fd = -1;
         }
