@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "stage.h"
+#include "stagehand/bcast.h"
 #include "stagehand/agentio.h"
 #include "stagehand/config.h"
 #include "stagehand/ctl.h"
@@ -847,6 +848,7 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     char nspace[128] = "", segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16];
     char dirmode[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64], env_tmp[PATH_MAX + 8];
+    char env_src[PATH_MAX + 32], env_dst[PATH_MAX + 32];
     char outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
     char lerr[512] = "";
     char *ns = NULL;
@@ -924,11 +926,15 @@ again:
     snprintf(env_nodelist, sizeof(env_nodelist), "SLURM_NODELIST=%s", a->in.nodelist);
     snprintf(env_step, sizeof(env_step), "SLURM_STEP_ID=%zu", img);
     snprintf(env_tmp, sizeof(env_tmp), "TMPDIR=%s", a->rundir);
+    snprintf(env_src, sizeof(env_src), "%s=%s", SH_BCAST_SOURCE_ENV,
+             sh_spec_set_src(a->specs, img));
+    snprintf(env_dst, sizeof(env_dst), "%s=%s", SH_BCAST_DEST_ENV,
+             sh_spec_set_dst(a->specs, img));
     {
+        /* SRC and DST in the environment, not on the command line that
+         * every user of the node can read (stagehand/bcast.h). */
         const char *argv[] = {
             a->cfg.engine,
-            "--source", sh_spec_set_src(a->specs, img),
-            "--dest", sh_spec_set_dst(a->specs, img),
             "--check", sh_check_name(a->cfg.check),
             "--hash", sh_hash_name(a->cfg.hash),
             "--segment-size", segsz,
@@ -952,9 +958,11 @@ again:
             { "OMPI_MCA_btl_base_warn_component_unused",
               "OMPI_MCA_btl_base_warn_component_unused=0" },
         };
-        const char *envp[5 + MAX_MPI_ENV + 3 + 1];
+        const char *envp[7 + MAX_MPI_ENV + 3 + 1];
         size_t ne = 0;
 
+        envp[ne++] = env_src;
+        envp[ne++] = env_dst;
         envp[ne++] = env_jobid;
         envp[ne++] = env_jobid2;
         envp[ne++] = env_nodelist;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stagehand/bcast.h"
 #include "stagehand/sched.h"
 #include "stagehand/size.h"
 
@@ -143,6 +144,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                                         char *err, size_t errlen)
 {
     unsigned long v;
+    const char *env;
     int c;
 
     memset(o, 0, sizeof(*o));
@@ -272,6 +274,15 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     }
     if (optind < argc)
         return fail(err, errlen, "%s: unexpected argument", argv[optind]);
+    /* The paths from the environment when not given (stagehand/bcast.h). */
+    if (o->source[0] == '\0' && (env = getenv(SH_BCAST_SOURCE_ENV)) != NULL &&
+        copy_path(o->source, env) != 0)
+        return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
+                    "bytes, no newline)", SH_BCAST_SOURCE_ENV, env, PATH_MAX);
+    if (o->dest[0] == '\0' && (env = getenv(SH_BCAST_DEST_ENV)) != NULL &&
+        copy_path(o->dest, env) != 0)
+        return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
+                    "bytes, no newline)", SH_BCAST_DEST_ENV, env, PATH_MAX);
     if (o->source[0] == '\0')
         return fail(err, errlen, "--source is required");
     if (o->dest[0] == '\0')

@@ -54,7 +54,8 @@ enum sh_opts_result {
 };
 
 /* Parse @argv (getopt_long; resets getopt's state so it can be called more
- * than once). On SH_OPTS_ERROR a one-line message naming the option and the
+ * than once); SRC and DST come from SH_BCAST_SOURCE_ENV and SH_BCAST_DEST_ENV
+ * when the options are absent. On SH_OPTS_ERROR a one-line message naming the option and the
  * value is stored in @err (@errlen bytes). */
 enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                                         struct sh_bcast_opts *o,

@@ -100,9 +100,16 @@ procs_left() {
     done
     echo "$left"
 }
-# The engine processes of a staging to @2 (a unique path part) on node @1.
+# The engine processes of a staging to @2 (a unique path part) on node @1:
+# the job user's stagehand-bcast whose STAGEHAND_BCAST_SOURCE or _DEST (the
+# agent passes the paths in the environment, which root reads) holds @2.
 engine_pids() {
-    node_pids "$1" "stagehand-bcast .*$2"
+    on_node "$1" sh -c '
+        for p in $(pgrep --ns $$ --nslist net -u "$1" -x stagehand-bcast 2>/dev/null); do
+            tr "\0" "\n" </proc/$p/environ 2>/dev/null |
+                grep -q "^STAGEHAND_BCAST_\(SOURCE\|DEST\)=.*$2" && echo "$p"
+        done
+        true' sh "$MINICLUSTER_USER" "$2"
 }
 
 # Bytes the process @2 in node @1 has read (@3 = rchar) or written (wchar)

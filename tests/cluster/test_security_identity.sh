@@ -97,8 +97,10 @@ for n in $MINICLUSTER_NODES; do
         echo "rundir $(stat -c "%U %a" /run/stagehand/$id) $(stat -c "%U %a" /run/stagehand)"
         for d in /run/stagehand/$id/pmix.*; do echo "pmixdir $d $(stat -c "%U %a" $d)"; done
         runuser -u nobody -- cat /proc/$e/environ >/dev/null 2>&1 && echo "nobody-reads-environ"
+        runuser -u nobody -- cat /proc/$e/cmdline 2>/dev/null | tr "\0" " " | grep -q "$3" &&
+            echo "nobody-sees-paths"
         runuser -u nobody -- ls /run/stagehand/$id >/dev/null 2>&1 && echo "nobody-lists-rundir"
-        true' sh "$id" "${engine[$n]}")
+        true' sh "$id" "${engine[$n]}" "$tok")
 done
 # shellcheck disable=SC2086
 kill -CONT $stopped 2>/dev/null
@@ -153,6 +155,7 @@ for n in $MINICLUSTER_NODES; do
             fail "$n: a listener beyond loopback that is not the agent's control-plane port: $line"
     done < <(grep '^listen ' <<<"$sn" | grep -vE '127\.0\.0\.1:|\[::1\]:')
     ! grep -q '^nobody-reads-environ' <<<"$sn" || fail "$n: another user can read the engine's environment (PMIx namespace)"
+    ! grep -q '^nobody-sees-paths' <<<"$sn" || fail "$n: another user sees SRC or DST on the engine's command line"
     ! grep -q '^nobody-lists-rundir' <<<"$sn" || fail "$n: another user can list /run/stagehand/$id"
 done
 [ "$seen" -ge $((3 * k)) ] || fail "saw only $seen staging processes on $k nodes"

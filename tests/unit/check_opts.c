@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/engine/opts.h"
+#include "stagehand/bcast.h"
 
 #include "check_main.h"
 
@@ -171,6 +172,31 @@ START_TEST(paths)
 }
 END_TEST
 
+/* SRC and DST from the environment when the options are absent (the agent
+ * passes them so: others cannot read a process's environment). */
+START_TEST(paths_from_environment)
+{
+    ck_assert_int_eq(setenv(SH_BCAST_SOURCE_ENV, "/shared/private.sqsh", 1), 0);
+    ck_assert_int_eq(setenv(SH_BCAST_DEST_ENV, "/nvme/me/img", 1), 0);
+    ck_assert_int_eq(parse((const char *)0), SH_OPTS_RUN);
+    ck_assert_str_eq(o.source, "/shared/private.sqsh");
+    ck_assert_str_eq(o.dest, "/nvme/me/img");
+    /* the options win */
+    ck_assert_int_eq(parse("-s", "/s", "-d", "/d", (const char *)0), SH_OPTS_RUN);
+    ck_assert_str_eq(o.source, "/s");
+    ck_assert_str_eq(o.dest, "/d");
+    /* checked as the options are, naming the variable */
+    ck_assert_int_eq(setenv(SH_BCAST_DEST_ENV, "nvme/x", 1), 0);
+    ck_assert_int_eq(parse((const char *)0), SH_OPTS_ERROR);
+    ck_assert_str_eq(err, SH_BCAST_DEST_ENV "=nvme/x: must be an absolute path (shorter "
+                     "than 4096 bytes, no newline)");
+    unsetenv(SH_BCAST_SOURCE_ENV);
+    unsetenv(SH_BCAST_DEST_ENV);
+    ck_assert_int_eq(parse((const char *)0), SH_OPTS_ERROR);
+    ck_assert_str_eq(err, "--source is required");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("opts");
@@ -182,6 +208,7 @@ int main(void)
     tcase_add_test(tc, help_states_defaults);
     tcase_add_test(tc, bad_values);
     tcase_add_test(tc, paths);
+    tcase_add_test(tc, paths_from_environment);
     suite_add_tcase(s, tc);
     return sh_check_run(s);
 }
