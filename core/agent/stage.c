@@ -101,6 +101,9 @@ struct agent {
      * instead of waiting for this one (join_timeout). */
     char dflt[PATH_MAX];
     char dflt_error[SH_STATUS_LINE_MAX];
+    /* Why there is no listener (every probed port held by other stagings):
+     * a node that is a leaf of its trees needs none. */
+    char port_error[SH_STATUS_LINE_MAX];
     char *mpi_env[MAX_MPI_ENV];   /* "KEY=VALUE" from the site's mpi_env file */
     int n_mpi_env;
     int64_t deadline;
@@ -513,16 +516,44 @@ static int bind_listener(struct agent *a, char *err, size_t errlen)
 
 /* Root's part of a staging: the runtime directory, the user's default
  * directory, Open MPI's environment, the control-plane listener and the job
- * key. Returns 0, or -1 with the reason in @err; *@busy is set when the
- * reason is the node's load, not a fault of the node: every control-plane
- * port is held by other stagings (stagehand.8 SECURITY). */
-static int root_setup(struct agent *a, char *err, size_t errlen, bool *busy)
+ * key. Without a free control-plane port (every probed port held by other
+ * stagings, which users can start and stop) it goes on without a listener,
+ * the reason in a->port_error: a leaf of the control trees needs none
+ * (needs_listener). Returns 0, or -1 with the reason in @err. */
+/* Does node @index of @n, in a control tree of fanout @fanout (0: the
+ * default), need a listener: has it children? */
+static bool needs_listener(uint32_t index, uint32_t n, uint32_t fanout)
+{
+    uint64_t k = fanout != 0 ? fanout : SH_CTL_FANOUT_DEFAULT;
+
+    return k * index + 1 < n;
+}
+
+/* Hand the tree @cc (index and size set) the staging's listener; without one
+ * (a->port_error), a leaf joins as a client only, and any other node fails
+ * with the reason in @err: the job's failure, never a node fault. Returns
+ * 0 or -1. */
+static int tree_listener(const struct agent *a, struct sh_ctl_cfg *cc, char *err,
+                         size_t errlen)
+{
+    if (a->listener >= 0) {
+        cc->inherit_listener = true;
+        cc->listen_fd = dup(a->listener);
+        return 0;
+    }
+    cc->inherit_listener = false;
+    cc->listen_fd = -1;
+    if (!needs_listener(cc->index, cc->nnodes, cc->fanout))
+        return 0;
+    snprintf(err, errlen, "%s", a->port_error);
+    return -1;
+}
+
+static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;
     char dflt[PATH_MAX];
     bool user_fault = false;
-
-    *busy = false;
 
     if (sh_rundir_make(SH_RUNTIME_DIR, a->in.jobid,
                        a->in.stepid == STEP_JOB ? -1 : (long)a->in.stepid, a->in.uid,
@@ -556,8 +587,12 @@ static int root_setup(struct agent *a, char *err, size_t errlen, bool *busy)
     if (load_mpi_env(a, err, errlen) != 0)
         return -1;
     if (bind_listener(a, err, errlen) != 0) {
-        *busy = errno == EADDRINUSE;
-        return -1;
+        if (errno != EADDRINUSE)
+            return -1;
+        snprintf(a->port_error, sizeof(a->port_error), "%.900s (too many stagings on "
+                 "this node at once: submit again later, or ask the administrator to "
+                 "widen port_range)", err);
+        sh_warn("stage", "job %" PRIu64 ": %s", a->in.jobid, a->port_error);
     }
     if (sh_key_load_site(a->cfg.key_file, &site) != 0) {
         snprintf(err, errlen, "site key %.512s: %s", a->cfg.key_file, strerror(errno));
@@ -881,8 +916,13 @@ static int run_engine(struct agent *a, size_t img, const uint32_t *part,
     cc.stepid = image_tree_step(a, img);
     cc.kjob = a->kjob;
     /* The job's listener (bind_listener), with the job's ports. */
-    cc.inherit_listener = true;
-    cc.listen_fd = dup(a->listener);
+    if (tree_listener(a, &cc, err, errlen) != 0) {
+        char why[SH_STATUS_LINE_MAX];
+
+        snprintf(why, sizeof(why), "%s", err);
+        snprintf(err, errlen, "engine control tree: %.3000s", why);
+        goto out;
+    }
     cc.port_stepid_set = true;
     cc.port_stepid = a->in.stepid;
     if (sh_ctl_join(&cc, a->deadline, &sub) != 0) {
@@ -1858,7 +1898,6 @@ int sh_agent_prolog_main(void)
     static struct agent a;
     char err[SH_STATUS_LINE_MAX];
     int64_t t_start = now_ns(), t_setup = 0;
-    bool busy = false;
     int out_fd, devnull;
 
     a.listener = -1;
@@ -1912,12 +1951,8 @@ int sh_agent_prolog_main(void)
             goto done;
         }
     }
-    if (root_setup(&a, err, sizeof(err), &busy) != 0) {
-        /* Ports all held by other stagings (which users can start, and
-         * stop): the job's failure, never a reason to drain the node. */
-        set_failure(&a, !busy, "node %s: %s%s", a.in.nodename, err,
-                    busy ? " (too many stagings on this node at once: submit again "
-                           "later, or ask the administrator to widen port_range)" : "");
+    if (root_setup(&a, err, sizeof(err)) != 0) {
+        set_failure(&a, true, "node %s: %s", a.in.nodename, err);
         goto done;
     }
     if (drop_privileges(&a, err, sizeof(err)) != 0) {
@@ -1965,8 +2000,10 @@ int sh_agent_prolog_main(void)
         cc.kjob = a.kjob;
         /* The listener root bound or the sentinel handed over
          * (bind_listener); the tree closes its copy once it has joined. */
-        cc.inherit_listener = true;
-        cc.listen_fd = dup(a.listener);
+        if (tree_listener(&a, &cc, err, sizeof(err)) != 0) {
+            set_failure(&a, false, "node %s: %s", a.in.nodename, err);
+            goto done;
+        }
         /* A sentinel started us for a connection whatever it was: join
          * only once a peer proves the job key (issue 30 item 7). */
         cc.wait_wake = a.in.have_listener;

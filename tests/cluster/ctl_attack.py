@@ -101,6 +101,8 @@ def hog(ready, stop, ranges):
         for port in range(base, base + count):
             for fam, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
                 s = socket.socket(fam, socket.SOCK_STREAM)
+                # as a listener binds (past a last job's TIME_WAIT connections)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if fam == socket.AF_INET6:
                     s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 try:
