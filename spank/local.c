@@ -155,6 +155,9 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
         snprintf(why, sizeof(why), "runtime directory: %s", strerror(errno));
         goto out;
     }
+    if (sh_rundir_limit(rundir, job->uid, job->gid) != 0)
+        slurm_error("stagehand: job %u: cannot mount a tmpfs on %s: %s (the job user can "
+                    "fill the file system under it)", job->jobid, rundir, strerror(errno));
     groups = user_groups(job->user, job->gid, &ngroups);
     if (groups == NULL) {
         snprintf(why, sizeof(why), "cannot list the groups of %s", job->user);

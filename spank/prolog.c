@@ -1270,6 +1270,9 @@ static void remove_step_state(int rfd, uint32_t jobid)
             continue;
         if (len > 6 && strcmp(de->d_name + len - 6, ".agent") == 0)
             stop_detached(rfd, jobid, de->d_name);
+        if (sh_rundir_unlimit(rfd, de->d_name) != 0)
+            slurm_error("stagehand: epilog: job %u: cannot unmount %s/%s: %s", jobid,
+                        SH_RUNTIME_DIR, de->d_name, strerror(errno));
         if (sh_rmtree_at(rfd, de->d_name) != 0)
             slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                         SH_RUNTIME_DIR, de->d_name, strerror(errno));
@@ -1302,6 +1305,9 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
      * directory it works in goes. */
     remove_step_state(rfd, jobid);
     snprintf(name, sizeof(name), "%u", jobid);
+    if (sh_rundir_unlimit(rfd, name) != 0)
+        slurm_error("stagehand: epilog: job %u: cannot unmount %s/%s: %s", jobid,
+                    SH_RUNTIME_DIR, name, strerror(errno));
     if (sh_rmtree_at(rfd, name) != 0)
         slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
                     SH_RUNTIME_DIR, name, strerror(errno));

@@ -561,6 +561,10 @@ static int root_setup(struct agent *a, char *err, size_t errlen)
         snprintf(err, errlen, "runtime directory %s: %s", a->rundir, strerror(errno));
         return -1;
     }
+    if (sh_rundir_limit(a->rundir, a->in.uid, a->in.gid) != 0)
+        sh_warn("stage", "job %" PRIu64 ": cannot mount a tmpfs on %s: %s (the job user "
+                "can fill the file system under it)", a->in.jobid, a->rundir,
+                strerror(errno));
 
     /* The per-user default directory, when some image uses it. */
     if (sh_config_default_dir(&a->cfg, a->in.user, dflt, sizeof(dflt)) == 0) {

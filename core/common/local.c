@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -171,6 +172,55 @@ int sh_rundir_make(const char *runtime_dir, uint64_t jobid, long stepid, uid_t u
     }
     close(jfd);
     return 0;
+}
+
+int sh_rundir_limit(const char *path, uid_t uid, gid_t gid)
+{
+    char opts[128], parent[PATH_MAX];
+    struct stat dir, up;
+    const char *slash = strrchr(path, '/');
+
+    if (slash == NULL || slash == path || (size_t)(slash - path) >= sizeof(parent)) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(parent, path, (size_t)(slash - path));
+    parent[slash - path] = '\0';
+    if (lstat(path, &dir) != 0 || stat(parent, &up) != 0)
+        return -1;
+    if (!S_ISDIR(dir.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    if (dir.st_dev != up.st_dev)
+        return 0; /* a mount point already: the prolog's check made it */
+    snprintf(opts, sizeof(opts), SH_RUNDIR_TMPFS_OPTS ",mode=0700,uid=%u,gid=%u",
+             (unsigned)uid, (unsigned)gid);
+    return mount("stagehand", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts);
+}
+
+int sh_rundir_unlimit(int dirfd, const char *name)
+{
+    struct stat dir, up;
+
+    if (fstatat(dirfd, name, &dir, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (fstat(dirfd, &up) != 0)
+        return -1;
+    if (!S_ISDIR(dir.st_mode) || dir.st_dev == up.st_dev)
+        return 0;
+    {
+        char path[64];
+
+        /* umount2 takes a path: the directory's through /proc/self/fd, the
+         * name itself checked above not to be a link. */
+        if (snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dirfd, name) >=
+            (int)sizeof(path)) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        return umount2(path, MNT_DETACH | UMOUNT_NOFOLLOW);
+    }
 }
 
 int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen)

@@ -85,6 +85,25 @@ int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len);
 int sh_rundir_make(const char *runtime_dir, uint64_t jobid, long stepid, uid_t uid, gid_t gid,
                    char *path, size_t len);
 
+/* The size of the file system a staging's runtime directory gets
+ * (sh_rundir_limit): the PMIx server's and Open MPI's files take well under
+ * a megabyte per image. */
+#define SH_RUNDIR_TMPFS_OPTS "size=64m,nr_inodes=16384"
+
+/* Give the runtime directory @path (made by sh_rundir_make) a small file
+ * system of its own, a tmpfs of SH_RUNDIR_TMPFS_OPTS mounted nosuid, nodev,
+ * noexec, owned by @uid:@gid, mode 0700 (mount(2)), unless it is one
+ * already: the job user can fill that, not the node's /run, whose other
+ * users are root's services. Run as root. Returns 0, or -1 with errno from
+ * mount(2) or stat(2) (EPERM without CAP_SYS_ADMIN). */
+int sh_rundir_limit(const char *path, uid_t uid, gid_t gid);
+
+/* Undo sh_rundir_limit on @name under the directory @dirfd (the epilog,
+ * before it removes the directory): a lazy unmount (umount2(2)
+ * MNT_DETACH), never following a symbolic link. Returns 0, also when
+ * @name is no mount point, or -1 with errno. */
+int sh_rundir_unlimit(int dirfd, const char *name);
+
 /* What stands where root needs a directory of its own (sh_root_dirs_make). */
 struct sh_root_dir_problem {
     char path[PATH_MAX];    /* the component's absolute path */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Security issue 30 item 6: the job's runtime directory /run/stagehand/<jobid>
-# (a tmpfs: RAM) belongs to the job user, who can fill it. The epilog must
+# belongs to the job user, who can fill it: it is a 64 MiB tmpfs of its own,
+# so 80 MiB written there fail and the node's /run is safe. The epilog must
 # remove whatever the job left there, at any depth, without following a
 # symbolic link: a job that asked for staging makes a 12-level and a
 # 2000-level tree there, plus symlinks to a directory and a file of its own
@@ -66,6 +67,9 @@ for depth in 12 2000; do
     links
 done
 cd "\$r" && ls -d t12 t2000 && echo trees-made
+# a small file system of its own: 80 MiB do not fit, the node's /run is safe
+if dd if=/dev/zero of="\$r/fill" bs=1M count=80 2>/dev/null; then echo filled-80m; else echo fill-stopped; fi
+rm -f "\$r/fill"
 EOS
 chmod 0755 "$script"
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
@@ -73,6 +77,8 @@ id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$d
 st=$(wait_job_end "$id" 180)
 [ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out" 2>/dev/null)"
 [ "$(grep -c trees-made "$out")" = "$k" ] || fail "the trees were not made on every node: $(cat "$out")"
+[ "$(grep -c fill-stopped "$out")" = "$k" ] ||
+    fail "the job could write 80 MiB into its runtime directory (the node's /run) on some node: $(cat "$out")"
 echo "ok: job $id made a 12-level and a 2000-level tree with outside symlinks in its runtime directory on $k nodes"
 
 # The epilog runs after the job ends: its runtime directory must go.

@@ -11,7 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sched.h>
+#include <stdint.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "stagehand/config.h"
@@ -88,6 +95,57 @@ START_TEST(rundir_names)
     errno = 0;
     ck_assert_int_eq(sh_rundir_name(4242424242ULL, 7, out, 6), -1);
     ck_assert_int_eq(errno, ENAMETOOLONG);
+}
+END_TEST
+
+/* Issue 30: the runtime directory gets a small tmpfs of its own, so its
+ * user cannot fill the node's /run. Root only, in a mount namespace of its
+ * own (a child process), so nothing stays mounted. */
+START_TEST(rundir_limited_to_a_small_tmpfs)
+{
+    char rt[128], path[128];
+    pid_t pid;
+    int status = 0;
+
+    if (geteuid() != 0)
+        return; /* mount(2) needs CAP_SYS_ADMIN; CI runs the unit tests as root */
+    snprintf(rt, sizeof(rt), "%s/run", root);
+    ck_assert_int_eq(mkdir(rt, 0755), 0);
+    ck_assert_int_eq(sh_rundir_make(rt, 42, -1, 4242, 4343, path, sizeof(path)), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct statfs fs;
+        struct stat sb, up;
+        int dfd;
+
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+            _exit(2);
+        if (sh_rundir_limit(path, 4242, 4343) != 0)
+            _exit(3);
+        if (statfs(path, &fs) != 0 || fs.f_type != TMPFS_MAGIC ||
+            (uint64_t)fs.f_blocks * (uint64_t)fs.f_bsize != 64ull << 20 ||
+            (fs.f_flags & (ST_NOSUID | ST_NODEV | ST_NOEXEC)) !=
+                (ST_NOSUID | ST_NODEV | ST_NOEXEC))
+            _exit(4);
+        if (stat(path, &sb) != 0 || stat(rt, &up) != 0 || sb.st_dev == up.st_dev ||
+            sb.st_uid != 4242 || sb.st_gid != 4343 || (sb.st_mode & 07777) != 0700)
+            _exit(5);
+        if (sh_rundir_limit(path, 4242, 4343) != 0) /* mounted already: kept */
+            _exit(6);
+        dfd = open(rt, O_RDONLY | O_DIRECTORY);
+        if (dfd < 0 || sh_rundir_unlimit(dfd, "42") != 0)
+            _exit(7);
+        if (stat(path, &sb) != 0 || sb.st_dev != up.st_dev)
+            _exit(8);
+        /* not a mount point (any more), or missing: nothing to do */
+        if (sh_rundir_unlimit(dfd, "42") != 0 || sh_rundir_unlimit(dfd, "none") != 0)
+            _exit(9);
+        _exit(0);
+    }
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: exit %d",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 END_TEST
 
@@ -421,6 +479,7 @@ static Suite *local_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, rundir_names);
     tcase_add_test(tc, rundir_made_for_the_user);
+    tcase_add_test(tc, rundir_limited_to_a_small_tmpfs);
     tcase_add_test(tc, root_dirs_refuse_users_objects);
     tcase_add_test(tc, source_probe_and_wire_form);
     tcase_add_test(tc, vote_from_recorded_metadata);
