@@ -6,6 +6,7 @@
 #include "stagehand/log.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,33 @@ static size_t msg_len(uint16_t type)
                                                                : PROOF_LEN;
 }
 
+/* Decode the complete message of @type in @buf (header checked). */
+static void decode(const unsigned char *buf, uint16_t type, struct hs_msg *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->type = type;
+    if (type == HS_PROOF) {
+        memcpy(m->proof, buf + 8, SH_KEY_LEN);
+        return;
+    }
+    m->jobid = sh_get_be64(buf + 8);
+    m->stepid = sh_get_be64(buf + 16);
+    m->from = sh_get_be32(buf + 24);
+    m->to = sh_get_be32(buf + 28);
+    memcpy(m->nonce, buf + 32, SH_NONCE_LEN);
+    if (type == HS_CHALLENGE)
+        memcpy(m->proof, buf + HELLO_LEN, SH_KEY_LEN);
+}
+
+/* Is the 8-byte header at @buf a stagehand handshake message of our version
+ * and of @type? */
+static bool head_ok(const unsigned char *buf, uint16_t type)
+{
+    return sh_get_be32(buf) == HS_MAGIC && buf[4] == (HS_VERSION >> 8) &&
+           buf[5] == (HS_VERSION & 0xff) && buf[6] == (type >> 8) &&
+           buf[7] == (type & 0xff);
+}
+
 /* Read one handshake message of the expected @type. */
 static int recv_msg(int fd, uint16_t type, const char *peer, enum sh_log_level rej,
                     int64_t deadline_ns, struct hs_msg *m)
@@ -79,9 +107,7 @@ static int recv_msg(int fd, uint16_t type, const char *peer, enum sh_log_level r
 
     if (sh_io_read_full(fd, buf, 8, NULL, deadline_ns) != 0)
         return -1;
-    if (sh_get_be32(buf) != HS_MAGIC || buf[4] != (HS_VERSION >> 8) ||
-        buf[5] != (HS_VERSION & 0xff) || buf[6] != (type >> 8) ||
-        buf[7] != (type & 0xff)) {
+    if (!head_ok(buf, type)) {
         sh_log(rej, "ctl", "handshake with %s rejected: not a stagehand handshake "
                "message of the expected version and type", peer);
         errno = EPROTO;
@@ -94,19 +120,7 @@ static int recv_msg(int fd, uint16_t type, const char *peer, enum sh_log_level r
         }
         return -1;
     }
-    memset(m, 0, sizeof(*m));
-    m->type = type;
-    if (type == HS_PROOF) {
-        memcpy(m->proof, buf + 8, SH_KEY_LEN);
-        return 0;
-    }
-    m->jobid = sh_get_be64(buf + 8);
-    m->stepid = sh_get_be64(buf + 16);
-    m->from = sh_get_be32(buf + 24);
-    m->to = sh_get_be32(buf + 28);
-    memcpy(m->nonce, buf + 32, SH_NONCE_LEN);
-    if (type == HS_CHALLENGE)
-        memcpy(m->proof, buf + HELLO_LEN, SH_KEY_LEN);
+    decode(buf, type, m);
     return 0;
 }
 
@@ -276,23 +290,6 @@ static int srv_fail(struct sh_hs_srv *s, int err)
     return -1;
 }
 
-/* Decode the complete message of @type in @buf (header checked). */
-static void decode(const unsigned char *buf, uint16_t type, struct hs_msg *m)
-{
-    memset(m, 0, sizeof(*m));
-    m->type = type;
-    if (type == HS_PROOF) {
-        memcpy(m->proof, buf + 8, SH_KEY_LEN);
-        return;
-    }
-    m->jobid = sh_get_be64(buf + 8);
-    m->stepid = sh_get_be64(buf + 16);
-    m->from = sh_get_be32(buf + 24);
-    m->to = sh_get_be32(buf + 28);
-    memcpy(m->nonce, buf + 32, SH_NONCE_LEN);
-    if (type == HS_CHALLENGE)
-        memcpy(m->proof, buf + HELLO_LEN, SH_KEY_LEN);
-}
 
 /* The client's HELLO in @s->buf: answer with our CHALLENGE. */
 static int srv_hello(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
@@ -403,10 +400,7 @@ int sh_hs_srv_step(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
             return srv_fail(s, s->have > 0 ? EPROTO : ECONNRESET);
         }
         s->have += (size_t)n;
-        if (s->have >= 8 && s->have - (size_t)n < 8 &&
-            (sh_get_be32(s->buf) != HS_MAGIC || s->buf[4] != (HS_VERSION >> 8) ||
-             s->buf[5] != (HS_VERSION & 0xff) || s->buf[6] != (type >> 8) ||
-             s->buf[7] != (type & 0xff))) {
+        if (s->have >= 8 && s->have - (size_t)n < 8 && !head_ok(s->buf, type)) {
             sh_log(rej, "ctl", "handshake with %s rejected: not a stagehand handshake "
                    "message of the expected version and type", who);
             return srv_fail(s, EPROTO);

@@ -222,3 +222,15 @@ plugstack_add() {
     grep -qF -- " $*" "$plugstack" || fail "could not add '$*' to $plugstack"
     restart_slurmds || fail "cannot restart the slurmds"
 }
+
+# Submit, as the test user, a job of $k nodes named $tag with output $out
+# that stages @3 (SRC:DST) and runs @4 (default: echo script-ran), wait up
+# to @2 seconds and fail unless it ended in state @1; sets job_id.
+stage_job_ends() { # state seconds image [script]
+    local st
+    # shellcheck disable=SC2154 # k, tag and out are the calling test's
+    job_id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$3" \
+                 --wrap "${4:-echo script-ran}") || fail "sbatch: $job_id"
+    st=$(wait_job_end "$job_id" "$2")
+    [ "$st" = "$1" ] || fail "job $job_id ended $st, expected $1: $(cat "$out" 2>/dev/null)"
+}

@@ -62,11 +62,10 @@ for n in $MINICLUSTER_NODES; do
 done
 
 run_victim() {
-    local what=$1 id st
-    id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
-             --wrap 'echo script-ran') || fail "$what: sbatch: $id"
-    st=$(wait_job_end "$id" 120)
-    [ "$st" = COMPLETED ] || fail "$what: the victim's staging (job $id) ended $st while another user held its ports: $(cat "$out")"
+    local what=$1 id
+    echo "$what:"
+    stage_job_ends COMPLETED 120 "$src:$dst"
+    id=$job_id
     grep -q script-ran "$out" || fail "$what: the script did not run: $(cat "$out")"
     assert_staged_everywhere "$src" "$dst"
     assert_runtime_gone "$id"
@@ -118,10 +117,9 @@ run_victim "every port held on n2, a leaf"
 release_ports
 
 hold_all_ports "$first"
-id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
-         --wrap 'echo script-ran') || fail "sbatch: $id"
-st=$(wait_job_end "$id" 120)
-[ "$st" = FAILED ] || fail "job $id ended $st with no free control-plane port on $first: $(cat "$out")"
+echo "every port held on $first:"
+stage_job_ends FAILED 120 "$src:$dst"
+id=$job_id
 grep -q "$first: no free control-plane port.*too many stagings on this node at once" "$out" ||
     fail "job $id: the message does not say $first has no free port: $(cat "$out")"
 ! grep -q script-ran "$out" || fail "job $id: the script ran"
