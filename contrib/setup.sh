@@ -4,19 +4,48 @@
 # install it into $STAGEHAND_PREFIX (default /opt/stagehand), a prefix every
 # test-cluster node can see and the test user can execute.
 #
-#   contrib/setup.sh [--packages-only] [--install]
+#   contrib/setup.sh [--packages-only] [--install] [--stack bookworm|trixie]
+#
+# --stack trixie builds inside the trixie root of contrib/minicluster/rootfs
+# (Slurm 24.11, Open MPI 5, PMIx 5; built first if it is not cached) in
+# build-trixie/, and installs into the same prefix as seen from that root,
+# which is where `minicluster up --stack trixie` nodes load the plugin from.
+# The host's packages are not touched: the root holds every dependency.
+# The default, bookworm, is the host's own Debian 12 (build-release/).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand}
 install=0
-for a in "$@"; do
-    case "$a" in
+stack=bookworm
+while [ $# -gt 0 ]; do
+    case "$1" in
         --install) install=1 ;;
         --packages-only) install=0 ;;
-        *) echo "contrib/setup.sh: unknown argument '$a'" >&2; exit 2 ;;
+        --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
+        --stack=*) stack=${1#*=} ;;
+        *) echo "contrib/setup.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
+    shift
 done
+builddir=build-release
+case "$stack" in
+    bookworm) ;;
+    trixie)
+        builddir=build-trixie
+        # Inside the root (the re-run below) the build goes on as usual.
+        if [ "${STAGEHAND_SETUP_IN_ROOT:-}" != "$stack" ]; then
+            rootfs="$top/contrib/minicluster/rootfs"
+            "$rootfs" build "$stack"
+            [ "$install" = 1 ] || exit 0
+            mkdir -p "$PREFIX"
+            exec "$rootfs" run "$stack" "$top" "$PREFIX" -- \
+                env STAGEHAND_SETUP_IN_ROOT="$stack" STAGEHAND_PREFIX="$PREFIX" \
+                "$top/contrib/setup.sh" --install --stack "$stack"
+        fi
+        ;;
+    *) echo "contrib/setup.sh: --stack must be bookworm or trixie, got '$stack'" >&2; exit 2 ;;
+esac
 
 packages=(meson ninja-build pkg-config gcc libc6-dev
     libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge
@@ -24,6 +53,7 @@ packages=(meson ninja-build pkg-config gcc libc6-dev
     iproute2 util-linux procps attr openssh-server openssh-client sshfs fuse3
     squashfs-tools squashfuse cppcheck clang-tidy python3 python3-fusepy)
 missing=()
+[ "$stack" = bookworm ] || packages=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
@@ -42,17 +72,17 @@ fi
 
 [ "$install" = 1 ] || exit 0
 cd "$top"
-if [ ! -f build-release/build.ninja ]; then
-    rm -rf build-release
-    meson setup build-release --prefix="$PREFIX" -Dbuildtype=release \
-        -Dslurm_plugindir="$PREFIX/lib/slurm" -Dinstall_tests=true >build-release.setup.log 2>&1 ||
-        { cat build-release.setup.log >&2; exit 1; }
-    rm -f build-release.setup.log
+if [ ! -f "$builddir/build.ninja" ]; then
+    rm -rf "$builddir"
+    meson setup "$builddir" --prefix="$PREFIX" -Dbuildtype=release \
+        -Dslurm_plugindir="$PREFIX/lib/slurm" -Dinstall_tests=true >"$builddir.setup.log" 2>&1 ||
+        { cat "$builddir.setup.log" >&2; exit 1; }
+    rm -f "$builddir.setup.log"
 fi
-if ! ninja -C build-release >build-release/build.out 2>&1; then
-    tail -40 build-release/build.out >&2
+if ! ninja -C "$builddir" >"$builddir/build.out" 2>&1; then
+    tail -40 "$builddir/build.out" >&2
     exit 1
 fi
-meson install -C build-release --quiet >build-release/install.out 2>&1 ||
-    { tail -20 build-release/install.out >&2; exit 1; }
-echo "== installed stagehand into $PREFIX"
+meson install -C "$builddir" --quiet >"$builddir/install.out" 2>&1 ||
+    { tail -20 "$builddir/install.out" >&2; exit 1; }
+echo "== installed stagehand ($stack) into $PREFIX"

@@ -461,6 +461,35 @@ static void stop_running_staging(uint32_t jobid)
     kill(-pid, SIGTERM);
 }
 
+/* A process that outlives the prolog (a sentinel, a deferred staging
+ * process) lets go of the prolog's standard streams: /dev/null on stdin and
+ * stdout, and on stderr when that is a pipe. Slurm 24.11's slurmd runs the
+ * SPANK prolog under run_command, which reads the prolog's output until end
+ * of file: a sentinel that kept the pipe held the job's prolog until
+ * join_timeout (60 s on every node whose copies were current), and a
+ * deferred staging process held it for the whole staging, so that the batch
+ * step started only after it (its tasks never waited as stagehand-wait).
+ * Under 22.05 stderr is slurmd's own (its log or the journal) and stays, for
+ * a crash of the agent. @keep (< 0: none) is a descriptor among 0-2 to leave
+ * alone. */
+static void release_stdio(int keep)
+{
+    struct stat st;
+    int nul = open("/dev/null", O_RDWR);
+
+    if (nul < 0)
+        return;
+    for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; fd++) {
+        if (fd == keep || fd == nul)
+            continue;
+        if (fd == STDERR_FILENO && fstat(fd, &st) == 0 && !S_ISFIFO(st.st_mode))
+            continue;
+        (void)dup2(nul, fd);
+    }
+    if (nul > STDERR_FILENO)
+        close(nul);
+}
+
 /* Sentinel (a child of the prolog's slurmstepd, never exec'd unless woken):
  * bind the job's control-plane port, tell the prolog through @ready, wait
  * for a connection for at most @wait_ms, then exec the agent on that
@@ -489,6 +518,7 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
     } else {
         close_range(STDERR_FILENO + 1, ~0U, 0);
     }
+    release_stdio(ready);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     signal(SIGPIPE, SIG_DFL);
@@ -723,6 +753,9 @@ static pid_t defer_staging(const struct sh_stage_job *job)
     }
     (void)setpgid(0, 0);
     (void)prctl(PR_SET_NAME, SH_STAGING_NAME, 0, 0, 0);
+    /* Slurm 24.11 waits for the prolog's output to end, not only for the
+     * prolog: this process must not keep the job's batch step waiting. */
+    release_stdio(-1);
     /* The epilog's SIGTERM to this process group stops the agent and its
      * engine (which removes its temp file); this process records why. A
      * handler, not SIG_IGN: the agent must not inherit it across exec. */

@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,27 +234,41 @@ static pmix_status_t wait_op(struct wait_cb *w, pmix_status_t rc, int64_t deadli
     return status;
 }
 
-/* Append "K=V" strings to a malloc'd NULL-terminated array. */
-static char **env_copy(const char *const *envp)
+/* A malloc'd NULL-terminated copy of the "K=V" strings of envp, with
+ * "HOME=<home>" added when envp sets no HOME: Open MPI 5's opal_init fails
+ * ("Unable to get the user home directory", MPI_Init aborts) without HOME in
+ * the environment, where 4.1 fell back to the password database. home is the
+ * engine's private, freshly made PMIx directory, so no per-user Open MPI
+ * file ($HOME/.openmpi/mca-params.conf) of the job user's real home changes
+ * the engine, as none of its environment does (F19). NULL with errno ENOMEM. */
+static char **env_copy(const char *const *envp, const char *home)
 {
-    size_t n = 0;
+    size_t n = 0, k = 0;
+    bool has_home = false;
     char **env;
 
-    while (envp != NULL && envp[n] != NULL)
+    while (envp != NULL && envp[n] != NULL) {
+        if (strncmp(envp[n], "HOME=", 5) == 0)
+            has_home = true;
         n++;
-    env = calloc(n + 1, sizeof(*env));
+    }
+    env = calloc(n + 2, sizeof(*env));
     if (env == NULL)
         return NULL;
-    for (size_t i = 0; i < n; i++) {
-        env[i] = strdup(envp[i]);
-        if (env[i] == NULL) {
-            for (size_t j = 0; j < i; j++)
-                free(env[j]);
-            free(env);
-            return NULL;
-        }
+    for (; k < n; k++)
+        if ((env[k] = strdup(envp[k])) == NULL)
+            goto nomem;
+    if (!has_home && asprintf(&env[k], "HOME=%s", home) < 0) {
+        env[k] = NULL;
+        goto nomem;
     }
     return env;
+nomem:
+    for (size_t j = 0; j < k; j++)
+        free(env[j]);
+    free(env);
+    errno = ENOMEM;
+    return NULL;
 }
 
 static void env_free(char **env)
@@ -719,7 +734,7 @@ static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
             pmix_status_t prc = PMIx_server_register_client(&proc, cfg->uid, cfg->gid,
                                                             NULL, op_done, &w);
             prc = wait_op(&w, prc, cfg->deadline_ns);
-            env = env_copy(cfg->envp);
+            env = env_copy(cfg->envp, cfg->tmpdir);
             if (prc != PMIX_SUCCESS) {
                 sh_error("pmix", "PMIx_server_register_client: %s",
                          PMIx_Error_string(prc));

@@ -49,7 +49,9 @@ struct sh_pmix_cfg {
     const char *const *envp;     /* the engine's whole environment, NULL-terminated
                                     "K=V" (minimal, F19); must carry SLURM_JOBID,
                                     SLURM_NODELIST and SLURM_STEP_ID for Open MPI
-                                    4.1 (measured) - PMIx adds its own variables */
+                                    4.1 (measured) - PMIx adds its own variables,
+                                    and HOME=<tmpdir> unless it sets HOME (Open
+                                    MPI 5 aborts in MPI_Init without HOME) */
     int64_t deadline_ns;         /* overall deadline (CLOCK_MONOTONIC) */
     int64_t kill_grace_ns;       /* SIGTERM to SIGKILL; 0: 2 s */
     int close_fd;                /* a descriptor of the caller's that the host
