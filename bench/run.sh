@@ -105,6 +105,9 @@ if [ "$build" = 1 ]; then
     if [ ! -f "$build_dir/build.ninja" ]; then
         meson setup "$build_dir" --prefix="$STAGEHAND_PREFIX" -Dbuildtype=release \
             -Dslurm_plugindir="$STAGEHAND_PREFIX/lib/slurm" -Dinstall_tests=true >/dev/null
+    else # a build directory made for another prefix (e.g. by the CI smoke run)
+        meson configure "$build_dir" --prefix="$STAGEHAND_PREFIX" \
+            -Dslurm_plugindir="$STAGEHAND_PREFIX/lib/slurm" -Dinstall_tests=true >/dev/null
     fi
     ninja -C "$build_dir" >/dev/null
     meson install -C "$build_dir" --quiet >/dev/null
