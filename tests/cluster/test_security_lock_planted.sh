@@ -84,7 +84,9 @@ sleep 0.5
 mode=666
 t0=$SECONDS
 stop_holders() {
-    for n in $MINICLUSTER_NODES; do on_node "$n" pkill -u "$other" -f "flock $lock" 2>/dev/null; done
+    # flock and the sleep it forked (which holds the lock too): all the
+    # attacker's processes on the node
+    for n in $MINICLUSTER_NODES; do on_node "$n" pkill -u "$other" 2>/dev/null; done
     kill "${holders[@]}" 2>/dev/null
     wait 2>/dev/null
 }
