@@ -387,6 +387,13 @@ static void forget_detached(uint32_t jobid)
     (void)unlink(path);
 }
 
+/* The job's staging lock: SH_RUNTIME_DIR/<jobid>.lock, into @buf (64 bytes
+ * are enough). */
+static void job_lock_path(uint32_t jobid, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+}
+
 /* The process recorded in @name under @rfd (record_detached) if that very
  * process still runs (pid and start time), with its name (/proc/<pid>/comm,
  * newline included) in @comm; 0 when there is none. */
@@ -439,7 +446,7 @@ static void stop_running_staging(uint32_t jobid)
     pid_t pid;
     int rfd, fd;
 
-    snprintf(path, sizeof(path), "%s/%u.lock", SH_RUNTIME_DIR, jobid);
+    job_lock_path(jobid, path, sizeof(path));
     fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -614,13 +621,6 @@ static void start_detached(const struct sh_config *cfg, const struct sh_stage_jo
         (void)!read(ready[0], &c, 1);
     close(ready[0]);
     record_detached(job, pid);
-}
-
-/* The job's staging lock: SH_RUNTIME_DIR/<jobid>.lock, into @buf (64 bytes
- * are enough). */
-static void job_lock_path(uint32_t jobid, char *buf, size_t len)
-{
-    snprintf(buf, len, "%s/%u.lock", SH_RUNTIME_DIR, jobid);
 }
 
 /* The job's staging runs once on a node: in the job prolog, or at the start
@@ -1191,16 +1191,16 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, bool step, uint32
     return 0;
 }
 
+/* Slurm 23.02.2 and later run the allocation's prolog before any step on a
+ * node: there a step without a status never missed one. */
+#define SH_SLURM_RUNS_PROLOG_FIRST (SH_SLURM_VERSION_NUMBER >= ((23u << 16) | (2u << 8) | 2u))
+
 /* The job asked for staging (its spec is in the step's environment as
  * sbatch/salloc put it there) and this node has no status for it: no job
  * prolog ran here before this step (internal.h). Run the job's staging now,
  * as the prolog would have: the other nodes' agents wait for this node's
  * (join_timeout). The spec is the user's own request either way; the nodes
  * and cluster come from slurmctld. */
-/* Slurm 23.02.2 and later run the allocation's prolog before any step on a
- * node: there a step without a status never missed one. */
-#define SH_SLURM_RUNS_PROLOG_FIRST (SH_SLURM_VERSION_NUMBER >= ((23u << 16) | (2u << 8) | 2u))
-
 static int stage_missed_prolog(spank_t sp, int ac, char **av)
 {
 #if SH_SLURM_RUNS_PROLOG_FIRST
@@ -1276,6 +1276,18 @@ int sh_step_stage_run(spank_t sp, int ac, char **av)
     return run_staging(&job, ac, av);
 }
 
+/* Epilog: remove @name (a staging's runtime directory or state) under the
+ * runtime directory @rfd, first unmounting its tmpfs (sh_rundir_limit). */
+static void remove_runtime_entry(int rfd, uint32_t jobid, const char *name)
+{
+    if (sh_rundir_unlimit(rfd, name) != 0)
+        slurm_error("stagehand: epilog: job %u: cannot unmount %s/%s: %s", jobid,
+                    SH_RUNTIME_DIR, name, strerror(errno));
+    if (sh_rmtree_at(rfd, name) != 0)
+        slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
+                    SH_RUNTIME_DIR, name, strerror(errno));
+}
+
 /* Remove what staging left for @jobid besides its runtime directory:
  * "<jobid>.<step>" runtime directories, "<jobid>.<step>.status" files, and
  * "<jobid>.agent", the record of a detached agent, which is stopped first. */
@@ -1303,12 +1315,7 @@ static void remove_step_state(int rfd, uint32_t jobid)
             continue;
         if (len > 6 && strcmp(de->d_name + len - 6, ".agent") == 0)
             stop_detached(rfd, jobid, de->d_name);
-        if (sh_rundir_unlimit(rfd, de->d_name) != 0)
-            slurm_error("stagehand: epilog: job %u: cannot unmount %s/%s: %s", jobid,
-                        SH_RUNTIME_DIR, de->d_name, strerror(errno));
-        if (sh_rmtree_at(rfd, de->d_name) != 0)
-            slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
-                        SH_RUNTIME_DIR, de->d_name, strerror(errno));
+        remove_runtime_entry(rfd, jobid, de->d_name);
     }
     closedir(d);
 }
@@ -1338,12 +1345,7 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
      * directory it works in goes. */
     remove_step_state(rfd, jobid);
     snprintf(name, sizeof(name), "%u", jobid);
-    if (sh_rundir_unlimit(rfd, name) != 0)
-        slurm_error("stagehand: epilog: job %u: cannot unmount %s/%s: %s", jobid,
-                    SH_RUNTIME_DIR, name, strerror(errno));
-    if (sh_rmtree_at(rfd, name) != 0)
-        slurm_error("stagehand: epilog: job %u: cannot remove %s/%s: %s", jobid,
-                    SH_RUNTIME_DIR, name, strerror(errno));
+    remove_runtime_entry(rfd, jobid, name);
     close(rfd);
     return 0;
 }

@@ -514,12 +514,6 @@ static int bind_listener(struct agent *a, char *err, size_t errlen)
     return -1;
 }
 
-/* Root's part of a staging: the runtime directory, the user's default
- * directory, Open MPI's environment, the control-plane listener and the job
- * key. Without a free control-plane port (every probed port held by other
- * stagings, which users can start and stop) it goes on without a listener,
- * the reason in a->port_error: a leaf of the control trees needs none
- * (needs_listener). Returns 0, or -1 with the reason in @err. */
 /* Does node @index of @n, in a control tree of fanout @fanout (0: the
  * default), need a listener: has it children? */
 static bool needs_listener(uint32_t index, uint32_t n, uint32_t fanout)
@@ -549,6 +543,12 @@ static int tree_listener(const struct agent *a, struct sh_ctl_cfg *cc, char *err
     return -1;
 }
 
+/* Root's part of a staging: the runtime directory, the user's default
+ * directory, Open MPI's environment, the control-plane listener and the job
+ * key. Without a free control-plane port (every probed port held by other
+ * stagings, which users can start and stop) it goes on without a listener,
+ * the reason in a->port_error: a leaf of the control trees needs none
+ * (needs_listener). Returns 0, or -1 with the reason in @err. */
 static int root_setup(struct agent *a, char *err, size_t errlen)
 {
     struct sh_site_key site;

@@ -486,11 +486,13 @@ reopen:
          * all and held by its owner): never wait for it (issue 30). */
         struct stat st;
 
-        if (fstat(fd, &st) != 0 || st.st_uid != geteuid()) {
-            int e = errno;
-
+        if (fstat(fd, &st) != 0) {
+            sh_io_close_keep_errno(NULL, fd);
+            return -1;
+        }
+        if (st.st_uid != geteuid()) {
             close(fd);
-            errno = st.st_uid != geteuid() ? EPERM : e;
+            errno = EPERM;
             return -1;
         }
     }
