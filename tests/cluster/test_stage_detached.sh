@@ -52,11 +52,16 @@ for n in $MINICLUSTER_NODES; do [ "$(node_md5 "$n" "$dst")" = "$want" ] || fail 
 assert_runtime_gone "$id"
 echo "ok: (a) the job started on n1 while n2..n$k received from n1's detached agent"
 
-# (b) the script ends at once: n1's epilog stops its agent mid-broadcast
+# (b) the script ends as soon as n1's agent serves the others: once its
+# engine's PMIx directory appears in the job's runtime directory (the epilog
+# now also stops the other nodes' stagings at once, so a script that ended
+# before they reached n1 would leave only n1's sentinel to stop): n1's epilog
+# stops its agent mid-broadcast
 stage_n1
 off1=$(log_offset n1)
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
-        --wrap 'echo script-ran') || fail "sbatch (b)"
+        --wrap 'for i in $(seq 1 200); do ls -d /run/stagehand/$SLURM_JOB_ID/pmix.* >/dev/null 2>&1 && break; sleep 0.02; done; echo script-ran') ||
+    fail "sbatch (b)"
 st=$(wait_job_end "$id" 120)
 [ "$st" = COMPLETED ] || fail "(b) job $id ended $st: $(cat "$out")"
 grep -q script-ran "$out" || fail "(b) the script did not run: $(cat "$out")"
