@@ -156,7 +156,7 @@ unwrap_on_node() { # fails when the program could not be restored (umount)
 # src, out, /shared/$tok.* and /nvme/$tok on every node.
 fault_test_files() {
     # shellcheck disable=SC2034  # used by the sourcing test
-    tok=$1$$ tag=$2.$$ dst=/nvme/$1$$/img src=/shared/$1$$.img out=/shared/$1$$.out
+    tok=$1$$ tag=$2.$$ dst=/nvme/$1$$/img src=$MINICLUSTER_SHARED/$1$$.img out=$MINICLUSTER_SHARED/$1$$.out
     trap fault_test_cleanup EXIT
 }
 fault_test_cleanup() {
@@ -164,7 +164,7 @@ fault_test_cleanup() {
     [ -z "${thaw_node:-}" ] || "$MINICLUSTER" thaw "$thaw_node" 2>/dev/null
     [ -z "${held_node:-}" ] || "$MINICLUSTER" release-rpcs
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -f "$src" "$out" "/shared/$tok".*
+    rm -f "$src" "$out" "$MINICLUSTER_SHARED/$tok".*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 

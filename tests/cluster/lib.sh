@@ -6,6 +6,9 @@
 : "${SLURM_CONF:?run under tests/run.sh or after: eval \"\$(contrib/minicluster/minicluster env)\"}"
 : "${MINICLUSTER_USER:?}"
 : "${MINICLUSTER_OTHER_USER:=shother}"
+# The cluster's shared file system (login side and every node); one per
+# instance, so that two clusters can be up at once.
+: "${MINICLUSTER_SHARED:=/shared}"
 : "${MINICLUSTER:?}"
 : "${STAGEHAND_PREFIX:?}"
 
@@ -17,7 +20,7 @@ as_user() { run_as "$MINICLUSTER_USER" "$@"; }
 run_as() {
     local u=$1
     shift
-    (cd /shared && runuser -u "$u" -- env SLURM_CONF="$SLURM_CONF" \
+    (cd "$MINICLUSTER_SHARED" && runuser -u "$u" -- env SLURM_CONF="$SLURM_CONF" \
         PATH="$STAGEHAND_PREFIX/bin:/usr/local/bin:/usr/bin:/bin" \
         HOME="$(getent passwd "$u" | cut -d: -f6)" "$@")
 }
@@ -123,7 +126,7 @@ engine_test_init() {
     [ -x "$engine" ] || fail "$engine not installed"
     k=$(echo "$MINICLUSTER_NODES" | wc -w)
     tag=$1
-    src="/shared/$tag.src"
+    src="$MINICLUSTER_SHARED/$tag.src"
     dst="/nvme/$tag/img"
     errf=$(mktemp)
     trap engine_test_cleanup EXIT

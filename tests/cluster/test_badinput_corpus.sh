@@ -32,7 +32,7 @@ tok=badin$$
 tag=badinput.$$
 # Special files on the login side's local /tmp (no FIFOs or sockets on sshfs).
 s=$(mktemp -d /tmp/stagehand-$tok.XXXXXX) || fail "mktemp"
-shared=/shared/$tok
+shared=$MINICLUSTER_SHARED/$tok
 cleanup() {
     rm -rf "$s" "$shared" "$shared.img"
     for n in $MINICLUSTER_NODES; do
@@ -60,7 +60,7 @@ ln -s "$s/dir" "$s/to-dir"
 blockdev=$(find /dev -maxdepth 1 -type b -print -quit)
 [ -n "$blockdev" ] || blockdev=/dev/loop0
 
-long_src="/shared/$(head -c 5000 /dev/zero | tr '\0' a)"
+long_src="$MINICLUSTER_SHARED/$(head -c 5000 /dev/zero | tr '\0' a)"
 long_name="$(head -c 300 /dev/zero | tr '\0' b)"
 many=""
 for i in $(seq 0 64); do many+="${many:+,}$s/img.sqsh:/nvme/$tok/m$i"; done
@@ -84,7 +84,7 @@ row "$I:nvme/$tok/x" "destination 'nvme/$tok/x' is not an absolute path"
 row "$I:./x" "destination './x' is not an absolute path"
 row "$I,img2.sqsh" "source 'img2.sqsh' is not an absolute path (if the ',' before it is part of a path"
 # '..' components
-row "/shared/../etc/passwd:/nvme/$tok/x" "source '/shared/../etc/passwd': '..' components are not allowed"
+row "$MINICLUSTER_SHARED/../etc/passwd:/nvme/$tok/x" "source '$MINICLUSTER_SHARED/../etc/passwd': '..' components are not allowed"
 row "$I:/nvme/../etc/$tok" "destination '/nvme/../etc/$tok': '..' components are not allowed"
 row "$I:/nvme/$tok/../../etc/x" "'..' components are not allowed"
 row "$I:/nvme/.." "destination '/nvme/..': '..' components are not allowed"
@@ -108,24 +108,24 @@ row "$s/dir/:/nvme/$tok/x" "source '$s/dir/' ends in '/': it must name a file"
 row "/" "source '/' ends in '/': it must name a file"
 row "/.:/nvme/$tok/x" "source '/.' ends in '/': it must name a file"
 # too long
-row "$long_src" "the source path is too long (4096 bytes or more; PATH_MAX)" "/shared/aaaa"
+row "$long_src" "the source path is too long (4096 bytes or more; PATH_MAX)" "$MINICLUSTER_SHARED/aaaa"
 row "$I:/nvme/$tok/$long_name" "a component is longer than 255 bytes (NAME_MAX)" "$I:/nvme/$tok/bbbb"
 row "$I:/nvme/$(for _ in $(seq 1 460); do printf 'abcdefgh/'; done)x" "the destination path is too long (4096 bytes or more; PATH_MAX)" "$I:/nvme/abcdefgh/"
 row "$many" "more than 64 images in one job" "$I:/nvme/$tok/m0,"
 # control bytes: refused, shown as \xHH
-row $'/shared/a\x01b.sqsh:/nvme/x' "control character (byte 0x01) in a path" '/shared/a\x01b.sqsh:/nvme/x'
-row $'/shared/a\tb.sqsh' "control character (byte 0x09) in a path" '/shared/a\x09b.sqsh'
+row "$MINICLUSTER_SHARED"$'/a\x01b.sqsh:/nvme/x' "control character (byte 0x01) in a path" "$MINICLUSTER_SHARED"'/a\x01b.sqsh:/nvme/x'
+row "$MINICLUSTER_SHARED"$'/a\tb.sqsh' "control character (byte 0x09) in a path" "$MINICLUSTER_SHARED"'/a\x09b.sqsh'
 row "$I:/nvme/$tok/a"$'\n'"b" "control character (byte 0x0a) in a path" "$I:/nvme/$tok/a\\x0ab"
-row $'/shared/\e[2J\e[Hfake.sqsh' "control character (byte 0x1b) in a path" '/shared/\x1b[2J\x1b[Hfake.sqsh'
-row $'/shared/del\x7f.sqsh' "control character (byte 0x7f) in a path" '/shared/del\x7f.sqsh'
+row "$MINICLUSTER_SHARED"$'/\e[2J\e[Hfake.sqsh' "control character (byte 0x1b) in a path" "$MINICLUSTER_SHARED"'/\x1b[2J\x1b[Hfake.sqsh'
+row "$MINICLUSTER_SHARED"$'/del\x7f.sqsh' "control character (byte 0x7f) in a path" "$MINICLUSTER_SHARED"'/del\x7f.sqsh'
 row "$I:/nvme/$tok/"$'\r'"x" "control character (byte 0x0d) in a path" "$I:/nvme/$tok/\\x0dx"
 # C1 controls in UTF-8 (U+009B is CSI to a terminal): refused as C0 ones are
-row $'/shared/a\xc2\x9b[31mx.sqsh' "control character (U+009B, bytes 0xc2 0x9b) in a path" '/shared/a\xc2\x9b[31mx.sqsh'
+row "$MINICLUSTER_SHARED"$'/a\xc2\x9b[31mx.sqsh' "control character (U+009B, bytes 0xc2 0x9b) in a path" "$MINICLUSTER_SHARED"'/a\xc2\x9b[31mx.sqsh'
 row "$I:/nvme/$tok/"$'\xc2\x85'"x" "control character (U+0085, bytes 0xc2 0x85) in a path" "$I:/nvme/$tok/\\xc2\\x85x"
 # bytes that are not UTF-8: legal in a path, but shown escaped
-row $'/shared/'"$tok"$'/a\xffb.sqsh:/nvme/x' "does not exist" "/shared/$tok/a\\xffb.sqsh:/nvme/x"
-row $'/shared/'"$tok"$'/\xc3\x28.sqsh' "does not exist" "/shared/$tok/\\xc3(.sqsh"
-row $'/shared/'"$tok"$'/\xed\xa0\x80.sqsh' "does not exist" "/shared/$tok/\\xed\\xa0\\x80.sqsh"
+row "$MINICLUSTER_SHARED"$'/'"$tok"$'/a\xffb.sqsh:/nvme/x' "does not exist" "$MINICLUSTER_SHARED/$tok/a\\xffb.sqsh:/nvme/x"
+row "$MINICLUSTER_SHARED"$'/'"$tok"$'/\xc3\x28.sqsh' "does not exist" "$MINICLUSTER_SHARED/$tok/\\xc3(.sqsh"
+row "$MINICLUSTER_SHARED"$'/'"$tok"$'/\xed\xa0\x80.sqsh' "does not exist" "$MINICLUSTER_SHARED/$tok/\\xed\\xa0\\x80.sqsh"
 # SRC: missing, unreadable, not a regular file (F17a, F17c, F18)
 row "$s/missing.sqsh:/nvme/$tok/x" "source '$s/missing.sqsh' does not exist"
 row "$s/a,b.sqsh:/nvme/$tok/x" "source 'b.sqsh' is not an absolute path (if the ',' before it is part of a path, write it as '\\,')"
@@ -293,7 +293,7 @@ echo "ok: $ncfg bad plugstack arguments refused with the reason; other jobs run"
 # do it and as root for another user's files (nobody).
 make_user_file "$shared.img" 1 || fail "cannot create $shared.img"
 mkdir -p "$shared" && chown "$user" "$shared"
-cp "$shared.img" $'/shared/'"$tok"$'/img\xff \'$(id)\';"x.sqsh' && chown "$user" "$shared"/img*
+cp "$shared.img" "$MINICLUSTER_SHARED"$'/'"$tok"$'/img\xff \'$(id)\';"x.sqsh' && chown "$user" "$shared"/img*
 cp "$shared.img" "$shared/with:colon,comma.sqsh" && chown "$user" "$shared/with:colon,comma.sqsh"
 for n in $MINICLUSTER_NODES; do
     on_node_as_user "$n" sh -c "
@@ -347,7 +347,7 @@ planted=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$shared/planted.out" \
               --stage-image="$img:/nvme/$tok/u/planted" --wrap 'echo script-ran') || fail "sbatch planted"
 # odd but legal names stage correctly (grammar escapes, quotes, non-UTF-8)
 odd1=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$shared/odd1.out" \
-           --stage-image=$'/shared/'"$tok"$'/img\xff \'$(id)\';"x.sqsh:/nvme/'"$tok"$'/d\xfe \'q\'/i"mg' \
+           --stage-image="$MINICLUSTER_SHARED"$'/'"$tok"$'/img\xff \'$(id)\';"x.sqsh:/nvme/'"$tok"$'/d\xfe \'q\'/i"mg' \
            --wrap 'ls "$STAGEHAND_IMAGE" >/dev/null && echo script-ran') || fail "sbatch odd1"
 odd2=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$shared/odd2.out" \
            --stage-image="$shared/with\\:colon\\,comma.sqsh:/nvme/$tok/c\\:d\\,e" \

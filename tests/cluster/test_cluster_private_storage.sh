@@ -27,10 +27,10 @@ done
 [ ! -e "/nvme/$tag" ] || fail "the login side sees a node's /nvme"
 
 # /shared: one file, same content on the login side and every node.
-as_user sh -c "echo shared-$$ >/shared/$tag" || fail "cannot write /shared as the test user"
+as_user sh -c "echo shared-$$ >$MINICLUSTER_SHARED/$tag" || fail "cannot write $MINICLUSTER_SHARED as the test user"
 for n in $MINICLUSTER_NODES; do
-    got=$(on_node "$n" cat "/shared/$tag") || fail "$n: /shared/$tag missing"
-    [ "$got" = "shared-$$" ] || fail "$n: /shared content differs"
+    got=$(on_node "$n" cat "$MINICLUSTER_SHARED/$tag") || fail "$n: $MINICLUSTER_SHARED/$tag missing"
+    [ "$got" = "shared-$$" ] || fail "$n: $MINICLUSTER_SHARED content differs"
 done
-rm -f "/shared/$tag"
-echo "ok: private /nvme /tmp /run on $MINICLUSTER_NODES; /shared common"
+rm -f "$MINICLUSTER_SHARED/$tag"
+echo "ok: private /nvme /tmp /run on $MINICLUSTER_NODES; $MINICLUSTER_SHARED common"

@@ -11,7 +11,7 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 2 ] || skip "needs at least 2 nodes"
 read -r _ small _ <<<"$MINICLUSTER_NODES"
 tag="eng_enospc.$$"
-src="/shared/$tag.src"
+src="$MINICLUSTER_SHARED/$tag.src"
 mnt="/nvme/small.$$"
 errf=$(mktemp)
 mounted=0

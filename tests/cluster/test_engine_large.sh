@@ -15,7 +15,7 @@ for n in $a $b; do
     [ "$free" -gt $((size + 100000000)) ] || skip "$n: /nvme has only $free bytes free"
 done
 tag="eng_large.$$"
-src="/shared/$tag.src"
+src="$MINICLUSTER_SHARED/$tag.src"
 dst="/nvme/$tag/img"
 errf=$(mktemp)
 cleanup() {

@@ -10,7 +10,7 @@ engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
 [ -x "$engine" ] || fail "$engine not installed"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tag="eng_race.$$"
-src="/shared/$tag.src"
+src="$MINICLUSTER_SHARED/$tag.src"
 dst="/nvme/$tag/img"
 o1=$(mktemp)
 o2=$(mktemp)

@@ -10,7 +10,7 @@ engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 2 ] || skip "needs at least 2 nodes"
 tag="eng_sizes.$$"
-src="/shared/$tag"
+src="$MINICLUSTER_SHARED/$tag"
 dst="/nvme/$tag"
 seg=65536
 errf=$(mktemp)

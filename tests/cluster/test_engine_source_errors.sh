@@ -9,7 +9,7 @@ engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
 [ -x "$engine" ] || fail "$engine not installed"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tag="eng_srcerr.$$"
-dir="/shared/$tag"
+dir="$MINICLUSTER_SHARED/$tag"
 dst="/nvme/$tag/img"
 errf=$(mktemp)
 cleanup() {

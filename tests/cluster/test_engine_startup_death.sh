@@ -15,7 +15,7 @@ engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
 [ -x "$engine" ] || fail "$engine not installed"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=estart$$
-src=/shared/$tok.src
+src=$MINICLUSTER_SHARED/$tok.src
 dst=/nvme/$tok
 errf=$(mktemp)
 cleanup() {

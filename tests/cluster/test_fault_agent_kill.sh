@@ -16,8 +16,8 @@ read -r leader frozen victim _ <<<"$MINICLUSTER_NODES"
 tok=fagent$$
 tag=fault-agent.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     "$MINICLUSTER" thaw "$frozen" 2>/dev/null
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

@@ -17,17 +17,17 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=fconc$$
 tag=fault-conc.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
+src=$MINICLUSTER_SHARED/$tok.img
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -f "$src" /shared/"$tok".*.out
+    rm -f "$src" "$MINICLUSTER_SHARED"/"$tok".*.out
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
 make_user_file "$src" 64 || fail "cannot create $src"
 
 submit() { # NAME
-    as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.$1.out" --stage-verbose \
+    as_user sbatch --parsable -J "$tag" -N"$k" -o "$MINICLUSTER_SHARED/$tok.$1.out" --stage-verbose \
         --stage-image="$src:$dst" --wrap 'cmp "$STAGEHAND_IMAGE" '"$src"' && echo script-ran'
 }
 
@@ -36,17 +36,17 @@ a=$(submit a) || fail "sbatch a"
 b=$(submit b) || fail "sbatch b"
 for j in "$a:a" "$b:b"; do
     st=$(wait_job_end "${j%%:*}" 120)
-    [ "$st" = COMPLETED ] || fail "job ${j%%:*} ended $st: $(cat "/shared/$tok.${j##*:}.out")"
-    grep -q script-ran "/shared/$tok.${j##*:}.out" || fail "job ${j##*:}: $(cat "/shared/$tok.${j##*:}.out")"
+    [ "$st" = COMPLETED ] || fail "job ${j%%:*} ended $st: $(cat "$MINICLUSTER_SHARED/$tok.${j##*:}.out")"
+    grep -q script-ran "$MINICLUSTER_SHARED/$tok.${j##*:}.out" || fail "job ${j##*:}: $(cat "$MINICLUSTER_SHARED/$tok.${j##*:}.out")"
 done
-copies=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -oE "$dst: [0-9]+ copied" | grep -vc ': 0 copied' || true)
-current=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" |
+copies=$(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out" | grep -oE "$dst: [0-9]+ copied" | grep -vc ': 0 copied' || true)
+current=$(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out" |
     grep -cE "$dst: (all $k nodes current(, | \(staged by another run meanwhile\), )|current on n1, )nothing copied" || true)
 [ "$copies" = 1 ] && [ "$current" = 1 ] ||
-    fail "expected one copy and one no-op: $(cat "/shared/$tok.a.out" "/shared/$tok.b.out")"
+    fail "expected one copy and one no-op: $(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out")"
 # the one that found DST current after the engine had started waited for the
 # other's lock: its summary says so and names that job
-waiter=$(cat "/shared/$tok.a.out" "/shared/$tok.b.out" | grep -E "$dst: .*; waited" || true)
+waiter=$(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out" | grep -E "$dst: .*; waited" || true)
 if [ -n "$waiter" ]; then
     echo "$waiter" | grep -qE "^stagehand: $dst: all $k nodes current \(staged by another run meanwhile\), nothing copied \([0-9.]+ s\); waited [0-9]+\.[0-9] s for job ($a|$b) on [A-Za-z0-9_-]+ staging it\$" ||
         fail "the waiting job's summary does not say whom it waited for: $waiter"
@@ -61,7 +61,7 @@ ids=()
 t0=$SECONDS
 for i in 1 2 3 4 5 6 7 8; do ids+=("$(submit "c$i")") || fail "sbatch c$i"; done
 for i in "${!ids[@]}"; do
-    o="/shared/$tok.c$((i + 1)).out"
+    o="$MINICLUSTER_SHARED/$tok.c$((i + 1)).out"
     st=$(wait_job_end "${ids[$i]}" 120)
     [ "$st" = COMPLETED ] || fail "job ${ids[$i]} ended $st: $(cat "$o")"
     grep -q "$dst: current on n1, nothing copied" "$o" || fail "job ${ids[$i]} was not a no-op: $(cat "$o")"
@@ -91,15 +91,15 @@ for n in $MINICLUSTER_NODES; do
     done
     on_node "$n" test -e "$held" || fail "(c) the lock holder did not start on $n"
 done
-c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.held.out" --stage-verbose \
+c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$MINICLUSTER_SHARED/$tok.held.out" --stage-verbose \
     --stage-image="$src:$dst2" --wrap 'cmp "$STAGEHAND_IMAGE" '"$src"' && echo script-ran') ||
     fail "sbatch (c)"
 st=$(wait_job_end "$c" 120)
 wait "${holders[@]}"
-[ "$st" = COMPLETED ] || fail "(c) job $c ended $st: $(cat "/shared/$tok.held.out")"
-grep -q script-ran "/shared/$tok.held.out" || fail "(c) job $c: $(cat "/shared/$tok.held.out")"
-line=$(grep -E "$dst2: $k copied, 0 current" "/shared/$tok.held.out") ||
-    fail "(c) job $c did not copy: $(cat "/shared/$tok.held.out")"
+[ "$st" = COMPLETED ] || fail "(c) job $c ended $st: $(cat "$MINICLUSTER_SHARED/$tok.held.out")"
+grep -q script-ran "$MINICLUSTER_SHARED/$tok.held.out" || fail "(c) job $c: $(cat "$MINICLUSTER_SHARED/$tok.held.out")"
+line=$(grep -E "$dst2: $k copied, 0 current" "$MINICLUSTER_SHARED/$tok.held.out") ||
+    fail "(c) job $c did not copy: $(cat "$MINICLUSTER_SHARED/$tok.held.out")"
 echo "$line" | grep -qE "; waited [1-9][0-9]*\.[0-9] s for job 424242 on elsewhere staging it" ||
     fail "(c) the summary does not say it waited for the holder: $line"
 assert_staged_everywhere "$src" "$dst2"

@@ -18,8 +18,8 @@ tok=fdrain$$
 tag=fault-drain.$$
 mnt=/nvme/$tok
 dst=$mnt/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

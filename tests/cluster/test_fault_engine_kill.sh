@@ -21,9 +21,9 @@ read -r reader _ receiver _ <<<"$MINICLUSTER_NODES"
 tok=fkill$$
 tag=fault-kill.$$
 dst=/nvme/$tok/img
-srcA=/shared/$tok.a
-srcB=/shared/$tok.b
-out=/shared/$tok.out
+srcA=$MINICLUSTER_SHARED/$tok.a
+srcB=$MINICLUSTER_SHARED/$tok.b
+out=$MINICLUSTER_SHARED/$tok.out
 size=$((384 * 1048576))
 # How long after the kill the outcome must be known. The staging deadline
 # (plugstack timeout=120s here, 600s by default) is for nodes that never

@@ -18,8 +18,8 @@ engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
 tok=fstart$$
 tag=fault-start.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     unwrap_on_node "$victim" "$engine"
     on_node "$victim" rm -f "/tmp/$tok.engine" "/tmp/$tok.once"

@@ -21,8 +21,8 @@ agent="$STAGEHAND_PREFIX/libexec/stagehand-agent"
 tok=fjoin$$
 tag=fault-join.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     unwrap_on_node "$leader" "$agent"
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

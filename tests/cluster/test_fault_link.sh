@@ -26,8 +26,8 @@ k=3
 tok=flink$$
 tag=fault-link.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     on_node "$victim" ip link set "$dev" up 2>/dev/null
     for r in "${rules[@]}"; do on_node "$victim" ip rule del ipproto tcp dport "$r" prohibit 2>/dev/null; done

@@ -20,8 +20,8 @@ tok=fnvme$$
 tag=fault-nvme.$$
 mnt=/nvme/$tok
 dst=$mnt/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     on_node "$victim" sh -c "mountpoint -q $mnt && umount -l $mnt" 2>/dev/null

@@ -15,8 +15,8 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=fcanc$$
 tag=fault-cancel.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out"

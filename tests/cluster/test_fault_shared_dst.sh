@@ -7,9 +7,9 @@
 # shellcheck source=tests/cluster/lib.sh
 source "$(dirname "$0")/lib.sh"
 
-img=/shared/t-shdst.$$.bin
-common=/shared/t-shdst-dir.$$
-out=/shared/t-shdst.$$.out
+img=$MINICLUSTER_SHARED/t-shdst.$$.bin
+common=$MINICLUSTER_SHARED/t-shdst-dir.$$
+out=$MINICLUSTER_SHARED/t-shdst.$$.out
 cleanup() {
     for n in $MINICLUSTER_NODES; do
         on_node "$n" sh -c 'mountpoint -q /nvme/t-shdst && umount /nvme/t-shdst; rmdir /nvme/t-shdst' 2>/dev/null

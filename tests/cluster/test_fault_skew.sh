@@ -18,8 +18,8 @@ skew=40
 tok=fskew$$
 tag=fault-skew.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 real=/tmp/$tok.agent
 mark=/tmp/$tok.late
 cleanup() {

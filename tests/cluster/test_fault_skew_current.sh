@@ -28,7 +28,7 @@ as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:
     --wrap 'srun -N'"$k"' true' >/dev/null || fail "first staging: $(cat "$out")"
 assert_staged_everywhere "$src" "$dst"
 
-go=/shared/$tok.go
+go=$MINICLUSTER_SHARED/$tok.go
 off=$(log_offset "$late")
 "$MINICLUSTER" freeze "$late" || fail "cannot freeze $late"
 t0=$(date +%s.%N)

@@ -24,8 +24,8 @@ k=3
 tok=fslurmd$$
 tag=fault-slurmd.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     "$MINICLUSTER" thaw "$late" 2>/dev/null
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

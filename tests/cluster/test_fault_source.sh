@@ -14,8 +14,8 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=fsrc$$
 tag=fault-src.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 size=$((384 * 1048576))
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

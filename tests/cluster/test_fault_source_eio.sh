@@ -21,12 +21,12 @@ read -r reader holder_node _ <<<"$MINICLUSTER_NODES"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=feio$$
 tag=fault-eio.$$
-backing=/shared/$tok.src
-prev=/shared/$tok.prev
+backing=$MINICLUSTER_SHARED/$tok.src
+prev=$MINICLUSTER_SHARED/$tok.prev
 fs=/tmp/$tok.fs
-errfs=/shared/$tok.errfs.py
+errfs=$MINICLUSTER_SHARED/$tok.errfs.py
 dst=/nvme/$tok/img
-out=/shared/$tok.out
+out=$MINICLUSTER_SHARED/$tok.out
 size=$((64 * 1048576))
 login_fs_pid=""
 holder=""

@@ -30,9 +30,9 @@ case "$plug" in *port_base=* | *port_range=*) skip "the test assumes the default
 tok=sctl$$
 tag=sec-ctl.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
-tool=/shared/$tok.py
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
+tool=$MINICLUSTER_SHARED/$tok.py
 cleanup() {
     "$MINICLUSTER" thaw "$frozen" 2>/dev/null
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

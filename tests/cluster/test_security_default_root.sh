@@ -20,10 +20,10 @@ attacker=$MINICLUSTER_OTHER_USER
 auid=$(id -u "$attacker") || skip "no user $attacker"
 tok=sdr$$
 tag=sec-droot.$$
-src=/shared/$tok.img
-asrc=/shared/$tok.other.img
-out=/shared/$tok.out
-aout=/shared/$tok.other.out
+src=$MINICLUSTER_SHARED/$tok.img
+asrc=$MINICLUSTER_SHARED/$tok.other.img
+out=$MINICLUSTER_SHARED/$tok.out
+aout=$MINICLUSTER_SHARED/$tok.other.out
 aside=/nvme/.stage.$tok
 moved=""
 plugstack_save

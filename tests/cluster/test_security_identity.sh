@@ -35,8 +35,8 @@ gid=$(id -g "$user")
 groups=$(id -G "$user" | tr ' ' '\n' | sort -n | tr '\n' ' ')
 tok=sid$$
 tag=sec-id.$$
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 dst=/nvme/$tok/sub/dir/img
 stopped=""
 cleanup() {

@@ -20,8 +20,8 @@ other=$MINICLUSTER_OTHER_USER
 ouid=$(id -u "$other" 2>/dev/null) || skip "no second user $other on this cluster"
 tok=slock$$
 tag=sec-lock.$$
-src=/shared/$tok.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
 dst=/nvme/$tok
 lock=/nvme/.$tok.lock
 plugstack_save

@@ -29,17 +29,17 @@ range=${range:-200}
 tok=sports$$
 tag=sec-ports.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
-tool=/shared/$tok.py
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
+tool=$MINICLUSTER_SHARED/$tok.py
 plugstack_save
 hog_pids=()
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    touch "/shared/$tok.stop"
+    touch "$MINICLUSTER_SHARED/$tok.stop"
     for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null; done
     plugstack_restore
-    rm -f "$src" "$out" "$tool" /shared/"$tok".*
+    rm -f "$src" "$out" "$tool" "$MINICLUSTER_SHARED"/"$tok".*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
@@ -48,16 +48,16 @@ install -m 0644 "$(dirname "$0")/ctl_attack.py" "$tool"
 
 # the attacker's processes, one per node, each holding what it could bind
 for n in $MINICLUSTER_NODES; do
-    on_node "$n" cat /proc/sys/net/ipv4/ip_unprivileged_port_start >"/shared/$tok.$n.unpriv" 2>/dev/null
-    on_node_as_other "$n" python3 "$tool" hog "/shared/$tok.$n.ready" "/shared/$tok.stop" \
+    on_node "$n" cat /proc/sys/net/ipv4/ip_unprivileged_port_start >"$MINICLUSTER_SHARED/$tok.$n.unpriv" 2>/dev/null
+    on_node_as_other "$n" python3 "$tool" hog "$MINICLUSTER_SHARED/$tok.$n.ready" "$MINICLUSTER_SHARED/$tok.stop" \
         "$base:$range" 7300:1000 &
     hog_pids+=("$!")
 done
 for n in $MINICLUSTER_NODES; do
-    for _ in $(seq 1 150); do [ -e "/shared/$tok.$n.ready" ] && break; sleep 0.2; done
-    [ -e "/shared/$tok.$n.ready" ] || fail "$n: the attacker did not report its binds"
-    echo "$n (ip_unprivileged_port_start $(cat "/shared/$tok.$n.unpriv")): $(tr '\n' ';' <"/shared/$tok.$n.ready")"
-    grep -q "^$base:$range bound" "/shared/$tok.$n.ready" &&
+    for _ in $(seq 1 150); do [ -e "$MINICLUSTER_SHARED/$tok.$n.ready" ] && break; sleep 0.2; done
+    [ -e "$MINICLUSTER_SHARED/$tok.$n.ready" ] || fail "$n: the attacker did not report its binds"
+    echo "$n (ip_unprivileged_port_start $(cat "$MINICLUSTER_SHARED/$tok.$n.unpriv")): $(tr '\n' ';' <"$MINICLUSTER_SHARED/$tok.$n.ready")"
+    grep -q "^$base:$range bound" "$MINICLUSTER_SHARED/$tok.$n.ready" &&
         echo "  WARNING: $n: the attacker could bind ports of the control-plane range"
 done
 
@@ -80,9 +80,9 @@ run_victim "on_node_fault=drain"
 
 # the privileged range was refused to the attacker everywhere (EACCES)
 for n in $MINICLUSTER_NODES; do
-    denied=$(sed -n "s/^$base:$range Permission denied: //p" "/shared/$tok.$n.ready")
-    if grep -q "^$base:$range bound" "/shared/$tok.$n.ready" || [ "${denied:-0}" -lt "$range" ]; then
-        fail "$n: the attacker's binds of $base..$((base + range - 1)) did not all fail with EACCES: $(cat "/shared/$tok.$n.ready")"
+    denied=$(sed -n "s/^$base:$range Permission denied: //p" "$MINICLUSTER_SHARED/$tok.$n.ready")
+    if grep -q "^$base:$range bound" "$MINICLUSTER_SHARED/$tok.$n.ready" || [ "${denied:-0}" -lt "$range" ]; then
+        fail "$n: the attacker's binds of $base..$((base + range - 1)) did not all fail with EACCES: $(cat "$MINICLUSTER_SHARED/$tok.$n.ready")"
     fi
 done
 echo "ok: another user cannot bind the control-plane ports (EACCES) nor fail a staging by holding them"
@@ -93,23 +93,23 @@ echo "ok: another user cannot bind the control-plane ports (EACCES) nor fail a s
 # needs no listener and succeeds; on the first node, which the others
 # connect to, the job fails saying why, and even under on_node_fault=drain
 # no node drains.
-touch "/shared/$tok.stop"
+touch "$MINICLUSTER_SHARED/$tok.stop"
 for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null; done
 release_ports() {
-    touch "/shared/$tok.stop"
+    touch "$MINICLUSTER_SHARED/$tok.stop"
     for p in "${hog_pids[@]}"; do wait "$p" 2>/dev/null; done
 }
 hold_all_ports() { # node; the last job's processes may still hold a port a moment
     for _ in $(seq 1 30); do
-        rm -f "/shared/$tok.stop" "/shared/$tok.root.ready"
-        on_node "$1" python3 "$tool" hog "/shared/$tok.root.ready" "/shared/$tok.stop" "$base:$range" &
+        rm -f "$MINICLUSTER_SHARED/$tok.stop" "$MINICLUSTER_SHARED/$tok.root.ready"
+        on_node "$1" python3 "$tool" hog "$MINICLUSTER_SHARED/$tok.root.ready" "$MINICLUSTER_SHARED/$tok.stop" "$base:$range" &
         hog_pids=("$!")
-        for _ in $(seq 1 150); do [ -e "/shared/$tok.root.ready" ] && break; sleep 0.2; done
-        grep -q "^$base:$range bound: $((2 * range))" "/shared/$tok.root.ready" 2>/dev/null && return
+        for _ in $(seq 1 150); do [ -e "$MINICLUSTER_SHARED/$tok.root.ready" ] && break; sleep 0.2; done
+        grep -q "^$base:$range bound: $((2 * range))" "$MINICLUSTER_SHARED/$tok.root.ready" 2>/dev/null && return
         release_ports
         sleep 1
     done
-    fail "root could not hold the whole range on $1: $(cat "/shared/$tok.root.ready" 2>/dev/null)"
+    fail "root could not hold the whole range on $1: $(cat "$MINICLUSTER_SHARED/$tok.root.ready" 2>/dev/null)"
 }
 read -r first _ <<<"$MINICLUSTER_NODES"
 hold_all_ports n2

@@ -21,9 +21,9 @@ other=$MINICLUSTER_OTHER_USER
 id -u "$other" >/dev/null 2>&1 || skip "no second user $other on this cluster"
 tok=spriv$$
 tag=sec-priv.$$
-src=/shared/$tok.img
-src2=/shared/$tok.grp.img
-out=/shared/$tok.out
+src=$MINICLUSTER_SHARED/$tok.img
+src2=$MINICLUSTER_SHARED/$tok.grp.img
+out=$MINICLUSTER_SHARED/$tok.out
 plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

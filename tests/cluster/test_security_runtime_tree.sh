@@ -16,10 +16,10 @@ source "$(dirname "$0")/faultlib.sh"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=srt$$
 tag=sec-rtree.$$
-src=/shared/$tok.img
+src=$MINICLUSTER_SHARED/$tok.img
 dst=/nvme/$tok/img
-out=/shared/$tok.out
-script=/shared/$tok.sh
+out=$MINICLUSTER_SHARED/$tok.out
+script=$MINICLUSTER_SHARED/$tok.sh
 id=""
 plugstack_save
 cleanup() {

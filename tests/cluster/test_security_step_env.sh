@@ -19,11 +19,11 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 3 ] || skip "needs 3 nodes"
 tok=sse$$
 tag=sec-stepenv.$$
-src=/shared/$tok.img
+src=$MINICLUSTER_SHARED/$tok.img
 dst1=/nvme/$tok/one
 dst2=/nvme/$tok/two
-out=/shared/$tok.out
-script=/shared/$tok.sh
+out=$MINICLUSTER_SHARED/$tok.out
+script=$MINICLUSTER_SHARED/$tok.sh
 plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

@@ -32,9 +32,9 @@ range=$(grep -oE 'port_range=[0-9]+' <<<"$line" | cut -d= -f2)
 tok=swake$$
 tag=sec-wake.$$
 dst=/nvme/$tok/img
-src=/shared/$tok.img
-out=/shared/$tok.out
-tool=/shared/$tok.py
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
+tool=$MINICLUSTER_SHARED/$tok.py
 plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done

@@ -20,7 +20,7 @@ lanes=5
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=soak$$
 tag=soak.$$
-dir=/shared/$tok
+dir=$MINICLUSTER_SHARED/$tok
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -rf "$dir"

@@ -16,7 +16,7 @@ source "$(dirname "$0")/faultlib.sh"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 fault_test_files cid check-id
 # SRC in a directory of its own, which the test closes to the user
-dir=/shared/$tok
+dir=$MINICLUSTER_SHARED/$tok
 src=$dir/img
 trap 'rm -rf "$dir"; fault_test_cleanup' EXIT
 mkdir -m 0777 "$dir" && chmod 0777 "$dir" || fail "cannot create $dir"

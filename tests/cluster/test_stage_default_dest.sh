@@ -5,7 +5,7 @@
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 
-img=/shared/t-default.$$.sqsh
+img=$MINICLUSTER_SHARED/t-default.$$.sqsh
 cleanup() { rm -f "$img"; for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "/nvme/stage/$MINICLUSTER_USER/t-default.$$.sqsh"; done; }
 trap cleanup EXIT
 make_user_file "$img" 2

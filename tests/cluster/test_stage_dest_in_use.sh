@@ -20,11 +20,11 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 tok=inuse$$
 tag=inuse.$$
 dst=/nvme/$tok/app.sqsh
-v1=/shared/$tok.v1
-v2=/shared/$tok.v2
+v1=$MINICLUSTER_SHARED/$tok.v1
+v2=$MINICLUSTER_SHARED/$tok.v2
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
-    rm -f "$v1" "$v2" /shared/"$tok".*.out /shared/"$tok".go
+    rm -f "$v1" "$v2" "$MINICLUSTER_SHARED"/"$tok".*.out "$MINICLUSTER_SHARED"/"$tok".go
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
@@ -35,7 +35,7 @@ h2=$(md5sum "$v2" | cut -d' ' -f1)
 [ "$h1" != "$h2" ] || fail "v1 and v2 are the same"
 
 submit() { # NAME SRC SCRIPT
-    as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.$1.out" \
+    as_user sbatch --parsable -J "$tag" -N"$k" -o "$MINICLUSTER_SHARED/$tok.$1.out" \
         --stage-image="$2:$dst" --wrap "$3"
 }
 dst_is() { # MD5 WHAT: every node holds that content at DST
@@ -45,8 +45,8 @@ dst_is() { # MD5 WHAT: every node holds that content at DST
 }
 
 # (a) A runs with v1 until told to stop; it checks its image at the end too.
-rm -f "/shared/$tok.go"
-a=$(submit a "$v1" 'srun md5sum "$STAGEHAND_IMAGE"; while [ ! -e '"/shared/$tok.go"' ]; do sleep 0.2; done; srun md5sum "$STAGEHAND_IMAGE"; echo a-done') ||
+rm -f "$MINICLUSTER_SHARED/$tok.go"
+a=$(submit a "$v1" 'srun md5sum "$STAGEHAND_IMAGE"; while [ ! -e '"$MINICLUSTER_SHARED/$tok.go"' ]; do sleep 0.2; done; srun md5sum "$STAGEHAND_IMAGE"; echo a-done') ||
     fail "sbatch a"
 seen() { # MD5 OUT: how many lines of OUT name MD5 (0 before OUT exists)
     local c
@@ -54,19 +54,19 @@ seen() { # MD5 OUT: how many lines of OUT name MD5 (0 before OUT exists)
     echo "${c:-0}"
 }
 for _ in $(seq 1 300); do
-    [ "$(seen "$h1" "/shared/$tok.a.out")" -ge "$k" ] && break
+    [ "$(seen "$h1" "$MINICLUSTER_SHARED/$tok.a.out")" -ge "$k" ] && break
     sleep 0.2
 done
-[ "$(seen "$h1" "/shared/$tok.a.out")" -ge "$k" ] ||
-    fail "job A did not start with v1: $(cat "/shared/$tok.a.out" 2>/dev/null)"
+[ "$(seen "$h1" "$MINICLUSTER_SHARED/$tok.a.out")" -ge "$k" ] ||
+    fail "job A did not start with v1: $(cat "$MINICLUSTER_SHARED/$tok.a.out" 2>/dev/null)"
 
 b=$(submit b "$v2" 'echo b-script-ran') || fail "sbatch b"
 st=$(wait_job_end "$b" 90)
-[ "$st" = FAILED ] || fail "(a) job B ended $st: $(cat "/shared/$tok.b.out")"
+[ "$st" = FAILED ] || fail "(a) job B ended $st: $(cat "$MINICLUSTER_SHARED/$tok.b.out")"
 grep -qE "stagehand: --stage-image failed: image $dst: .*$dst is in use by job $a, which staged it from $v1" \
-    "/shared/$tok.b.out" || fail "(a) message: $(cat "/shared/$tok.b.out")"
-! grep -q b-script-ran "/shared/$tok.b.out" || fail "(a) B's script ran without its image"
-echo "job B was told: $(grep -m1 'is in use by job' "/shared/$tok.b.out")"
+    "$MINICLUSTER_SHARED/$tok.b.out" || fail "(a) message: $(cat "$MINICLUSTER_SHARED/$tok.b.out")"
+! grep -q b-script-ran "$MINICLUSTER_SHARED/$tok.b.out" || fail "(a) B's script ran without its image"
+echo "job B was told: $(grep -m1 'is in use by job' "$MINICLUSTER_SHARED/$tok.b.out")"
 dst_is "$h1" "(a) after B"
 [ -z "$(temp_files_in "/nvme/$tok")" ] || fail "(a) temp files left: $(temp_files_in "/nvme/$tok")"
 
@@ -83,28 +83,28 @@ dst_is "$h1" "(a2) after the step"
 assert_no_drain
 
 # (b) the same content while A runs: a no-op
-c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.c.out" --stage-verbose \
+c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$MINICLUSTER_SHARED/$tok.c.out" --stage-verbose \
     --stage-image="$v1:$dst" --wrap 'echo c-script-ran') || fail "sbatch c"
 st=$(wait_job_end "$c" 90)
-[ "$st" = COMPLETED ] || fail "(b) job C ended $st: $(cat "/shared/$tok.c.out")"
-grep -q "$dst: current on n1, nothing copied" "/shared/$tok.c.out" ||
-    fail "(b) not a no-op: $(cat "/shared/$tok.c.out")"
+[ "$st" = COMPLETED ] || fail "(b) job C ended $st: $(cat "$MINICLUSTER_SHARED/$tok.c.out")"
+grep -q "$dst: current on n1, nothing copied" "$MINICLUSTER_SHARED/$tok.c.out" ||
+    fail "(b) not a no-op: $(cat "$MINICLUSTER_SHARED/$tok.c.out")"
 
 # A ends; it saw v1 at its last step too
-touch "/shared/$tok.go"
+touch "$MINICLUSTER_SHARED/$tok.go"
 st=$(wait_job_end "$a" 90)
-[ "$st" = COMPLETED ] || fail "job A ended $st: $(cat "/shared/$tok.a.out")"
-[ "$(seen "$h1" "/shared/$tok.a.out")" -eq $((2 * k)) ] ||
-    fail "job A's image changed under it: $(cat "/shared/$tok.a.out")"
+[ "$st" = COMPLETED ] || fail "job A ended $st: $(cat "$MINICLUSTER_SHARED/$tok.a.out")"
+[ "$(seen "$h1" "$MINICLUSTER_SHARED/$tok.a.out")" -eq $((2 * k)) ] ||
+    fail "job A's image changed under it: $(cat "$MINICLUSTER_SHARED/$tok.a.out")"
 assert_no_drain
 wait_nodes_idle || fail "nodes not idle after job A" # its epilog drops its claim
 
 # (c) nobody uses DST any more: v2 replaces v1
-d=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "/shared/$tok.d.out" --stage-verbose \
+d=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$MINICLUSTER_SHARED/$tok.d.out" --stage-verbose \
     --stage-image="$v2:$dst" --wrap 'echo d-script-ran') || fail "sbatch d"
 st=$(wait_job_end "$d" 90)
-[ "$st" = COMPLETED ] || fail "(c) job D ended $st: $(cat "/shared/$tok.d.out")"
-grep -q "$dst: $k copied" "/shared/$tok.d.out" || fail "(c) summary: $(cat "/shared/$tok.d.out")"
+[ "$st" = COMPLETED ] || fail "(c) job D ended $st: $(cat "$MINICLUSTER_SHARED/$tok.d.out")"
+grep -q "$dst: $k copied" "$MINICLUSTER_SHARED/$tok.d.out" || fail "(c) summary: $(cat "$MINICLUSTER_SHARED/$tok.d.out")"
 dst_is "$h2" "(c)"
 
 # (d) v1 and v2 at the same moment, both jobs holding DST for a while
@@ -113,10 +113,10 @@ f=$(submit f "$v2" 'srun md5sum "$STAGEHAND_IMAGE"; sleep 3; srun md5sum "$STAGE
 se=$(wait_job_end "$e" 120)
 sf=$(wait_job_end "$f" 120)
 [ "$se" != COMPLETED ] || [ "$sf" != COMPLETED ] ||
-    fail "(d) both jobs ran: e: $(cat "/shared/$tok.e.out") f: $(cat "/shared/$tok.f.out")"
+    fail "(d) both jobs ran: e: $(cat "$MINICLUSTER_SHARED/$tok.e.out") f: $(cat "$MINICLUSTER_SHARED/$tok.f.out")"
 for x in "e:$h1:$se" "f:$h2:$sf"; do
     IFS=: read -r name want state <<<"$x"
-    out=/shared/$tok.$name.out
+    out=$MINICLUSTER_SHARED/$tok.$name.out
     if [ "$state" = COMPLETED ]; then
         [ "$(seen "$want" "$out")" -eq $((2 * k)) ] || fail "(d) job $name saw other content: $(cat "$out")"
         dst_is "$want" "(d) after job $name"

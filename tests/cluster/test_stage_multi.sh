@@ -4,8 +4,8 @@
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 
-a=/shared/t-multi-a.$$.bin
-b=/shared/t-multi-b.$$.bin
+a=$MINICLUSTER_SHARED/t-multi-a.$$.bin
+b=$MINICLUSTER_SHARED/t-multi-b.$$.bin
 cleanup() { rm -f "$a" "$b"; for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-multi; done; }
 trap cleanup EXIT
 make_user_file "$a" 3

@@ -9,9 +9,9 @@
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 
-img=/shared/t-sbatch.$$.bin
+img=$MINICLUSTER_SHARED/t-sbatch.$$.bin
 dst=/nvme/t-sbatch/img.$$.bin
-out=/shared/t-sbatch.$$.out
+out=$MINICLUSTER_SHARED/t-sbatch.$$.out
 cleanup() { rm -f "$img" "$out"; for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-sbatch; done; }
 trap cleanup EXIT
 make_user_file "$img" 24

@@ -5,8 +5,8 @@
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 
-img=/shared/t-removed.$$.bin
-out=/shared/t-removed.$$.out
+img=$MINICLUSTER_SHARED/t-removed.$$.bin
+out=$MINICLUSTER_SHARED/t-removed.$$.out
 dst=/nvme/t-removed/img.bin
 cleanup() { rm -f "$img" "$out"; for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-removed; done; }
 trap cleanup EXIT

@@ -4,7 +4,7 @@
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 
-img=/shared/t-srun.$$.bin
+img=$MINICLUSTER_SHARED/t-srun.$$.bin
 cleanup() { rm -f "$img"; for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-srun /nvme/t-salloc; done; }
 trap cleanup EXIT
 make_user_file "$img" 8

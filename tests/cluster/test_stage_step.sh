@@ -5,7 +5,7 @@
 # shellcheck source=tests/cluster/lib.sh disable=SC2016
 source "$(dirname "$0")/lib.sh"
 
-img=/shared/t-step.$$.bin
+img=$MINICLUSTER_SHARED/t-step.$$.bin
 dst=/nvme/t-step/img.bin
 cleanup() { rm -f "$img"; for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-step; done; }
 trap cleanup EXIT

@@ -17,7 +17,7 @@ grep -qs "^required .*stagehand.so.* allowed_dest=/nvme " "$(dirname "$SLURM_CON
     skip "stagehand.so with allowed_dest=/nvme is not in plugstack.conf"
 
 user=$MINICLUSTER_USER
-dir=$(as_user mktemp -d /shared/stagehand-spec.XXXXXX) || fail "mktemp"
+dir=$(as_user mktemp -d "$MINICLUSTER_SHARED"/stagehand-spec.XXXXXX) || fail "mktemp"
 tag=${dir##*.}
 # DSTs in the user's default directory, which the agent may create.
 a_dst=/nvme/stage/$user/spec-$tag-a.sqsh

@@ -329,12 +329,12 @@ if [ "$cluster" = 1 ]; then
 
     user=$MINICLUSTER_USER
     as_user() {
-        (cd /shared && runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
+        (cd "$MINICLUSTER_SHARED" && runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" \
             PATH=/usr/local/bin:/usr/bin:/bin \
             HOME="$(getent passwd "$user" | cut -d: -f6)" "$@")
     }
     read -ra nodes <<<"$MINICLUSTER_NODES"
-    srcf=/shared/pkgtest.$$.img
+    srcf=$MINICLUSTER_SHARED/pkgtest.$$.img
     dst=/nvme/pkgtest/pkgtest.$$.img
     as_user sh -c "head -c 8388608 /dev/urandom >'$srcf' && chmod 0644 '$srcf'"
     want=$(sha256sum "$srcf" | cut -d' ' -f1)
