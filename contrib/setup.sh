@@ -78,6 +78,9 @@ if [ ! -f "$builddir/build.ninja" ]; then
         -Dslurm_plugindir="$PREFIX/lib/slurm" -Dinstall_tests=true >"$builddir.setup.log" 2>&1 ||
         { cat "$builddir.setup.log" >&2; exit 1; }
     rm -f "$builddir.setup.log"
+else # made for another prefix, perhaps (each stack and the benchmark have their own)
+    meson configure "$builddir" --prefix="$PREFIX" -Dslurm_plugindir="$PREFIX/lib/slurm" \
+        -Dinstall_tests=true >/dev/null
 fi
 if ! ninja -C "$builddir" >"$builddir/build.out" 2>&1; then
     tail -40 "$builddir/build.out" >&2

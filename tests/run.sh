@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # stagehand test runner: the one command CI and developers run.
 #
-#   tests/run.sh [--full] [--no-cluster] [--keep-cluster] [--only PATTERN]
+#   tests/run.sh [--stack bookworm|trixie|all] [--serial] [--full] [--no-cluster]
+#                [--keep-cluster] [--only PATTERN]
 #
 # On a fresh Debian 12 machine (as root) it installs the Debian packages it
 # needs, builds, runs the unit tests under AddressSanitizer and
 # UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy), installs a release
-# build into /opt/stagehand, brings the local Slurm test cluster up, runs every
-# cluster test, the Debian package test and the benchmark's smoke variant,
-# brings the cluster down (also on failure), and ends with the line
+# build, brings a local Slurm test cluster up, runs every cluster test, the
+# Debian package test and (bookworm) the benchmark's smoke variant, brings the
+# cluster down (also on failure), and ends with the line
 #   N passed, N failed[, N skipped]
 # counting every test it ran. Exit status is non-zero if any test failed.
+#
+# It does so for each software stack (--stack, default all): bookworm is the
+# host's Debian 12 (Slurm 22.05, Open MPI 4.1, PMIx 4.2), trixie a Debian 13
+# root (Slurm 24.11, Open MPI 5, PMIx 5; contrib/minicluster/rootfs). A
+# trixie test's name starts with "trixie: ". Each stack has its own prefix,
+# test cluster and shared directory, so the two cluster suites run side by
+# side (--serial: one after the other).
 set -uo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,37 +28,66 @@ full=0
 cluster=1
 keep=0
 only=""
+stack_arg=all
+serial=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --full) full=1 ;;
         --no-cluster) cluster=0 ;;
         --keep-cluster) keep=1 ;;
         --only) only=${2:?--only needs a pattern}; shift ;;
-        -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --stack) stack_arg=${2:?--stack needs bookworm, trixie or all}; shift ;;
+        --stack=*) stack_arg=${1#*=} ;;
+        --serial) serial=1 ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "tests/run.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
 done
 export STAGEHAND_TEST_FULL=$full
+case "$stack_arg" in
+    all) stacks=(bookworm trixie) ;;
+    bookworm | trixie) stacks=("$stack_arg") ;;
+    *) echo "tests/run.sh: --stack must be bookworm, trixie or all, got '$stack_arg'" >&2; exit 2 ;;
+esac
 
 [ "$(id -u)" = 0 ] || { echo "tests/run.sh: run as root (it installs packages and starts a test cluster)" >&2; exit 2; }
 
-PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand}
 MC="$top/contrib/minicluster/minicluster"
-passed=0
-failed=0
-skipped=0
-failures=()
+ROOTFS="$top/contrib/minicluster/rootfs"
+# Each part of the run (the host's unit tests and lint, one cluster suite per
+# stack) writes its verdicts, one "PASS|FAIL|SKIP<tab>name" line each, to a
+# file of its own here; the total counts them all.
+verdicts=$top/build-tests
+rm -rf "$verdicts"
+mkdir -p "$verdicts/v"
+verdict_file=$verdicts/v/host
 
 note_result() { # name rc
     case "$2" in
-        0) passed=$((passed + 1)); echo "PASS  $1" ;;
-        77) skipped=$((skipped + 1)); echo "SKIP  $1" ;;
-        *) failed=$((failed + 1)); failures+=("$1"); echo "FAIL  $1 (exit $2)" ;;
+        0) printf 'PASS\t%s\n' "$1" >>"$verdict_file"; echo "PASS  $1" ;;
+        77) printf 'SKIP\t%s\n' "$1" >>"$verdict_file"; echo "SKIP  $1" ;;
+        *) printf 'FAIL\t%s\n' "$1" >>"$verdict_file"; echo "FAIL  $1 (exit $2)" ;;
     esac
 }
 
+# The Check tests of a unit-test program count one each: "checks N" adds N
+# verdicts, of which "bad" failed.
+note_checks() { # prefix checks bad
+    printf 'CHECKS\t%s\t%s\t%s\n' "$1" "$2" "$3" >>"$verdict_file"
+}
+
 finish() {
+    local passed=0 failed=0 skipped=0 kind a b c
+    local failures=()
+    while IFS=$'\t' read -r kind a b c; do
+        case "$kind" in
+            PASS) passed=$((passed + 1)) ;;
+            SKIP) skipped=$((skipped + 1)) ;;
+            FAIL) failed=$((failed + 1)); failures+=("$a") ;;
+            CHECKS) passed=$((passed + b - c)); failed=$((failed + c)) ;;
+        esac
+    done < <(cat "$verdicts"/v/* 2>/dev/null)
     echo
     if [ ${#failures[@]} -gt 0 ]; then
         echo "failed tests:"
@@ -65,55 +102,91 @@ finish() {
     exit $?
 }
 
+# A command in a stack's software: the host's for bookworm, else in a view
+# of the stack's root with the source tree bound in.
+in_stack() { # stack command...
+    local stack=$1
+    shift
+    if [ "$stack" = bookworm ]; then "$@"; else "$ROOTFS" run "$stack" "$top" -- "$@"; fi
+}
+
+# A stack's install prefix, test cluster and shared directory: the
+# environment's (or the defaults) for bookworm, its own for another stack.
+stack_env() { # stack
+    if [ "$1" = bookworm ]; then
+        export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand}
+        return
+    fi
+    export STAGEHAND_PREFIX=/opt/stagehand-$1 MINICLUSTER_NAME=$1 MINICLUSTER_SHARED=/shared-$1
+    case "$1" in trixie) export MINICLUSTER_NET=10.76.0 ;; esac
+}
+
+label() { # stack -> the prefix of its tests' names
+    if [ "$1" = bookworm ] && [ "$stack_arg" = bookworm ]; then echo ""; else echo "$1: "; fi
+}
+
 # ------------------------------------------------------------ packages ----
 contrib/setup.sh --packages-only || { echo "tests/run.sh: package installation failed" >&2; exit 2; }
+for s in "${stacks[@]}"; do
+    [ "$s" = bookworm ] && continue
+    "$ROOTFS" build "$s" || { note_result "$s: root file system (rootfs build $s)" 1; finish; }
+done
 
 # ------------------------------------------------------------ unit tests --
-echo "== unit tests (ASan + UBSan)"
-if [ ! -d build-asan ]; then
-    meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dtests=enabled >/dev/null ||
-        { note_result "build (asan)" 1; finish; }
-fi
-if ! ninja -C build-asan >build-asan/build.out 2>&1; then
-    tail -40 build-asan/build.out
-    note_result "build (asan)" 1
-    finish
-fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-meson test -C build-asan --suite unit --print-errorlogs >build-asan/unit.out 2>&1
-unit_rc=$?
-# Count individual Check tests ("NN%: Checks: N, Failures: F, Errors: E").
-unit_checks=0 unit_bad=0
-while read -r checks fails errs; do
-    unit_checks=$((unit_checks + checks))
-    unit_bad=$((unit_bad + fails + errs))
-done < <(grep -oE 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' build-asan/meson-logs/testlog.txt |
-    sed -E 's/Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+)/\1 \2 \3/')
-passed=$((passed + unit_checks - unit_bad))
-failed=$((failed + unit_bad))
-grep -E '^ *[0-9]+/[0-9]+ ' build-asan/unit.out
-# The final count takes every Check test singly, not the programs listed above.
-echo "   $unit_checks Check tests in these programs: $((unit_checks - unit_bad)) passed, $unit_bad failed (each counts once in the total)"
-if [ "$unit_rc" -ne 0 ]; then
-    grep -E 'runtime error|AddressSanitizer|LeakSanitizer|:[EF]:' build-asan/meson-logs/testlog.txt | head -40
-    # A test program that crashed or timed out before Check printed a summary
-    # still counts as a failure.
-    bad_exes=$(grep -cE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT|ERROR) ' build-asan/unit.out || true)
-    if [ "$bad_exes" -gt 0 ] && [ "$failed" -eq 0 ]; then failed=$bad_exes; fi
-    failures+=("unit tests (see build-asan/meson-logs/testlog.txt)")
-fi
 
-# One-host end-to-end tests of the agent (control plane + PMIx host + engine):
-# each meson test is one test here.
-echo "== agent tests (ASan + UBSan)"
-meson test -C build-asan --suite agent --print-errorlogs >build-asan/agent.out 2>&1
-while read -r name verdict; do
-    note_result "agent: $name" "$([ "$verdict" = OK ] && echo 0 || echo 1)"
-done < <(sed -nE 's/^ *[0-9]+\/[0-9]+ stagehand:agent \/ ([a-z_0-9]+) +([A-Z]+).*/\1 \2/p' build-asan/agent.out)
+# The unit and one-host agent tests of one stack, in build directory $2.
+unit_tests() { # stack builddir
+    local s=$1 b=$2 p unit_rc checks fails errs unit_checks=0 unit_bad=0 name verdict
+    p=$(label "$s")
+    echo "== ${p}unit tests (ASan + UBSan)"
+    if ! in_stack "$s" bash -c "cd '$top' && { [ -f '$b/build.ninja' ] ||
+            meson setup '$b' -Db_sanitize=address,undefined -Db_lundef=false -Dtests=enabled >/dev/null; } &&
+            ninja -C '$b' >'$b.build.out' 2>&1"; then
+        tail -40 "$b.build.out" 2>/dev/null
+        note_result "${p}build (asan)" 1
+        return 1
+    fi
+    in_stack "$s" meson test -C "$top/$b" --suite unit --print-errorlogs >"$b/unit.out" 2>&1
+    unit_rc=$?
+    # Count individual Check tests ("NN%: Checks: N, Failures: F, Errors: E").
+    while read -r checks fails errs; do
+        unit_checks=$((unit_checks + checks))
+        unit_bad=$((unit_bad + fails + errs))
+    done < <(grep -oE 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$b/meson-logs/testlog.txt" |
+        sed -E 's/Checks: ([0-9]+), Failures: ([0-9]+), Errors: ([0-9]+)/\1 \2 \3/')
+    grep -E '^ *[0-9]+/[0-9]+ ' "$b/unit.out"
+    # The final count takes every Check test singly, not the programs listed above.
+    echo "   $unit_checks Check tests in these programs: $((unit_checks - unit_bad)) passed, $unit_bad failed (each counts once in the total)"
+    note_checks "$p" "$unit_checks" "$unit_bad"
+    if [ "$unit_rc" -ne 0 ]; then
+        grep -E 'runtime error|AddressSanitizer|LeakSanitizer|:[EF]:' "$b/meson-logs/testlog.txt" | head -40
+        # A test program that crashed or timed out before Check printed a
+        # summary still counts as a failure.
+        if [ "$unit_bad" -eq 0 ]; then
+            note_result "${p}unit test programs (see $b/meson-logs/testlog.txt)" 1
+        fi
+    fi
+
+    # One-host end-to-end tests of the agent (control plane + PMIx host +
+    # engine): each meson test is one test here.
+    echo "== ${p}agent tests (ASan + UBSan)"
+    in_stack "$s" meson test -C "$top/$b" --suite agent --print-errorlogs >"$b/agent.out" 2>&1
+    while read -r name verdict; do
+        note_result "${p}agent: $name" "$([ "$verdict" = OK ] && echo 0 || echo 1)"
+    done < <(sed -nE 's/^ *[0-9]+\/[0-9]+ stagehand:agent \/ ([a-z_0-9]+) +([A-Z]+).*/\1 \2/p' "$b/agent.out")
+}
+
+for s in "${stacks[@]}"; do
+    if [ "$s" = bookworm ]; then unit_tests bookworm build-asan; else unit_tests "$s" "build-$s-asan"; fi
+done
 
 # ------------------------------------------------------------------ lint --
+# Once, over the sources, with the host's headers (bookworm's build-asan).
 echo "== lint"
+[ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
+    -Dtests=enabled >/dev/null
 if cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
     --inline-suppr --std=c11 -D_GNU_SOURCE '-DSPANK_PLUGIN(n,v)=' -I include -I build-asan \
     core spank tests/unit tests/mpi >build-asan/cppcheck.out 2>&1; then
@@ -136,87 +209,120 @@ fi
 [ "$cluster" = 1 ] || finish
 
 # ---------------------------------------------------------- install -------
-echo "== release build, install into $PREFIX"
-if contrib/setup.sh --install >build-asan/install.out 2>&1; then
-    note_result "build and install (release)" 0
-else
-    tail -40 build-asan/install.out
-    note_result "build and install (release)" 1
-    finish
-fi
-
-# ---------------------------------------------------------- cluster -------
-echo "== test cluster"
-# shellcheck disable=SC2317  # called by the EXIT trap
-cleanup() {
-    if [ "$keep" = 0 ]; then
-        "$MC" down >/dev/null 2>&1 || true
+for s in "${stacks[@]}"; do
+    p=$(label "$s")
+    echo "== ${p}release build, install"
+    if (stack_env "$s"; contrib/setup.sh --install --stack "$s") >"build-tests/install-$s.out" 2>&1; then
+        note_result "${p}build and install (release)" 0
+    else
+        tail -40 "build-tests/install-$s.out"
+        note_result "${p}build and install (release)" 1
+        finish
     fi
-}
-trap cleanup EXIT
-if ! "$MC" up --nodes 3; then
-    note_result "minicluster up" 1
-    finish
-fi
-note_result "minicluster up" 0
-eval "$("$MC" env)"
-
-for t in tests/cluster/test_*.sh; do
-    [ -e "$t" ] || continue
-    name=$(basename "$t" .sh)
-    if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
-    start=$(date +%s%N)
-    out=$(timeout -k 10 "${STAGEHAND_TEST_TIMEOUT:-300}" bash "$t" 2>&1)
-    rc=$?
-    ms=$((($(date +%s%N) - start) / 1000000))
-    secs=$((ms / 1000)).$(printf '%03d' $((ms % 1000)))
-    if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] || [ -n "${STAGEHAND_TEST_VERBOSE:-}" ]; then
-        printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
-    elif [ "$rc" -eq 77 ]; then
-        printf '%s\n' "$out" | grep -E '^SKIP' | sed 's/^/    /'
-    fi
-    note_result "$name (${secs}s)" "$rc"
 done
 
-# Issue 7: the Debian package builds, installs and stages a file on the
-# cluster through the packaged plugin (then it is purged again).
-if [ -z "$only" ] || [[ package == *$only* ]]; then
-    echo "== Debian package"
-    if timeout -k 10 900 bash tests/package/test_package.sh --cluster >build-asan/package.out 2>&1; then
-        note_result "package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 0
-    else
-        grep -E '^(FAIL|not ok|bad)|failed' build-asan/package.out | tail -20 | sed 's/^/    /'
-        tail -5 build-asan/package.out | sed 's/^/    /'
-        note_result "package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 1
+# ---------------------------------------------------------- cluster -------
+# One stack's cluster part: its test cluster, every cluster test, the Debian
+# package test, (bookworm) the benchmark's smoke run, and the teardown check.
+# Runs in a subshell of its own (its environment is the stack's).
+cluster_suite() { # stack
+    local s=$1 p t name start out rc ms secs leftovers state
+    p=$(label "$s")
+    stack_env "$s"
+    verdict_file=$verdicts/v/$s
+    # shellcheck disable=SC2317  # called by the EXIT trap
+    cleanup() {
+        if [ "$keep" = 0 ]; then
+            "$MC" down >/dev/null 2>&1 || true
+        fi
+    }
+    trap cleanup EXIT
+    echo "== ${p}test cluster"
+    if ! "$MC" up --nodes 3 --stack "$s"; then
+        note_result "${p}minicluster up" 1
+        return
     fi
-fi
+    note_result "${p}minicluster up" 0
+    eval "$("$MC" env)"
 
-# Issue 5: the benchmark's smoke variant (32 MiB, N=2: the plugin and the
-# chain, with the image on the sshfs storage host and shaped links, in its own
-# minicluster instance "bench"): both succeed, every copy matches the source,
-# and the storage host serves the image exactly once per staging.
-if [ -z "$only" ] || [[ bench == *$only* ]]; then
-    echo "== benchmark smoke"
-    if timeout -k 10 600 bench/run.sh --smoke >build-asan/bench-smoke.out 2>&1; then
-        grep '^smoke: ' build-asan/bench-smoke.out | sed 's/^/    /'
-        note_result "bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 0
-    else
-        tail -20 build-asan/bench-smoke.out | sed 's/^/    /'
-        note_result "bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 1
-    fi
-fi
+    for t in tests/cluster/test_*.sh; do
+        [ -e "$t" ] || continue
+        name=$(basename "$t" .sh)
+        if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
+        start=$(date +%s%N)
+        out=$(timeout -k 10 "${STAGEHAND_TEST_TIMEOUT:-300}" bash "$t" 2>&1)
+        rc=$?
+        ms=$((($(date +%s%N) - start) / 1000000))
+        secs=$((ms / 1000)).$(printf '%03d' $((ms % 1000)))
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] || [ -n "${STAGEHAND_TEST_VERBOSE:-}" ]; then
+            printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
+        elif [ "$rc" -eq 77 ]; then
+            printf '%s\n' "$out" | grep -E '^SKIP' | sed 's/^/    /'
+        fi
+        note_result "$p$name (${secs}s)" "$rc"
+    done
 
-if [ "$keep" = 0 ]; then
-    trap - EXIT
-    "$MC" down >/dev/null 2>&1
-    # Teardown must leave no namespace, veth, mount or daemon behind.
-    leftovers=$( (ip netns list | grep -E '^mc-'; ip -br link | grep -E '^(mcv-|mcbr0)';
-        grep -E ' /var/lib/minicluster/ns' /proc/self/mountinfo) 2>/dev/null)
-    if [ -z "$leftovers" ]; then
-        note_result "minicluster down leaves nothing behind" 0
-    else
-        printf '    %s\n' "$leftovers"
-        note_result "minicluster down leaves nothing behind" 1
+    # Issue 7: the Debian package builds, installs and stages a file on the
+    # cluster through the packaged plugin (then it is purged again).
+    if [ -z "$only" ] || [[ package == *$only* ]]; then
+        echo "== ${p}Debian package"
+        if timeout -k 10 900 bash tests/package/test_package.sh --cluster --stack "$s" \
+            >"$verdicts/package-$s.out" 2>&1; then
+            note_result "${p}package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 0
+        else
+            grep -E '^(FAIL|not ok|bad)|failed' "$verdicts/package-$s.out" | tail -20 | sed 's/^/    /'
+            tail -5 "$verdicts/package-$s.out" | sed 's/^/    /'
+            note_result "${p}package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 1
+        fi
     fi
+
+    # Issue 5: the benchmark's smoke variant (32 MiB, N=2: the plugin and the
+    # chain, with the image on the sshfs storage host and shaped links, in its
+    # own minicluster instance "bench"): both succeed, every copy matches the
+    # source, and the storage host serves the image exactly once per staging.
+    if [ "$s" = bookworm ] && { [ -z "$only" ] || [[ bench == *$only* ]]; }; then
+        echo "== ${p}benchmark smoke"
+        if timeout -k 10 600 env -u MINICLUSTER_NAME -u MINICLUSTER_NET -u MINICLUSTER_SHARED \
+            bench/run.sh --smoke >"$verdicts/bench-smoke.out" 2>&1; then
+            grep '^smoke: ' "$verdicts/bench-smoke.out" | sed 's/^/    /'
+            note_result "${p}bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 0
+        else
+            tail -20 "$verdicts/bench-smoke.out" | sed 's/^/    /'
+            note_result "${p}bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 1
+        fi
+    fi
+
+    if [ "$keep" = 0 ]; then
+        trap - EXIT
+        "$MC" down >/dev/null 2>&1
+        # Teardown must leave no namespace, veth, mount or daemon behind.
+        name=${MINICLUSTER_NAME:-mc}
+        if [ "$name" = mc ]; then state=/var/lib/minicluster; else state=/var/lib/minicluster-$name; fi
+        leftovers=$( (ip netns list | grep -E "^$name-"; ip -br link | grep -E "^(${name}v-|${name}br0)";
+            grep -E " $state/ns" /proc/self/mountinfo) 2>/dev/null)
+        if [ -z "$leftovers" ]; then
+            note_result "${p}minicluster down leaves nothing behind" 0
+        else
+            printf '    %s\n' "$leftovers"
+            note_result "${p}minicluster down leaves nothing behind" 1
+        fi
+    fi
+}
+
+# The stacks' suites side by side: the first in the foreground, the others'
+# output is shown as each ends.
+pids=()
+for s in "${stacks[@]:1}"; do
+    if [ "$serial" = 1 ]; then break; fi
+    (cluster_suite "$s") >"$verdicts/cluster-$s.out" 2>&1 &
+    pids+=("$s:$!")
+done
+(cluster_suite "${stacks[0]}")
+for ps in "${pids[@]}"; do
+    wait "${ps#*:}"
+    cat "$verdicts/cluster-${ps%%:*}.out"
+done
+if [ "$serial" = 1 ]; then
+    for s in "${stacks[@]:1}"; do (cluster_suite "$s"); done
 fi
 finish

@@ -36,6 +36,17 @@ on_node() {
     "$MINICLUSTER" exec "$node" -- "$@"
 }
 
+# Run a command as root on the login side, where sbatch, srun and as_user
+# run: the host on bookworm, the cluster's login view on a root stack
+# (minicluster's make_login_view), whose /tmp is its own.
+on_login() {
+    if [ "${MINICLUSTER_STACK:-bookworm}" = bookworm ]; then
+        "$@"
+    else
+        nsenter --mount="$MINICLUSTER_STATE/ns/login.mnt" -- "$@"
+    fi
+}
+
 # Run a command inside node $1's namespaces as the test user.
 on_node_as_user() {
     local node=$1

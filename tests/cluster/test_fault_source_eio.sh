@@ -14,7 +14,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/faultlib.sh"
 
 [ -c /dev/fuse ] || skip "no /dev/fuse"
-/usr/bin/python3 -c 'import fusepy' 2>/dev/null ||
+on_login /usr/bin/python3 -c 'import fusepy' 2>/dev/null ||
     skip "python3-fusepy (Debian package) is needed to inject a source read error"
 read -r reader holder_node _ <<<"$MINICLUSTER_NODES"
 [ -n "$holder_node" ] || skip "needs 2 nodes"
@@ -34,9 +34,9 @@ cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     [ -n "$holder" ] && on_node "$holder_node" kill "$holder" 2>/dev/null
     on_node "$reader" umount -l "$fs" 2>/dev/null
-    umount -l "$fs" 2>/dev/null
+    on_login umount -l "$fs" 2>/dev/null
     [ -n "$login_fs_pid" ] && kill "$login_fs_pid" 2>/dev/null
-    rmdir "$fs" 2>/dev/null
+    on_login rmdir "$fs" 2>/dev/null
     on_node "$reader" rmdir "$fs" 2>/dev/null
     rm -f "$backing" "$prev" "$errfs" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
@@ -45,15 +45,15 @@ trap cleanup EXIT
 make_user_file "$backing" 64 && make_user_file "$prev" 1 || fail "cannot create sources"
 install -m 0755 "$(dirname "$0")/errfs.py" "$errfs"
 at=$((size * 2 / 5))
-mkdir -p "$fs" && on_node "$reader" mkdir -p "$fs" || fail "mkdir $fs"
-/usr/bin/python3 "$errfs" "$backing" "$fs" "$at" >/dev/null 2>&1 &
+on_login mkdir -p "$fs" && on_node "$reader" mkdir -p "$fs" || fail "mkdir $fs"
+on_login /usr/bin/python3 "$errfs" "$backing" "$fs" "$at" >/dev/null 2>&1 &
 login_fs_pid=$!
 on_node "$reader" /usr/bin/python3 "$errfs" "$backing" "$fs" "$at" >/dev/null 2>&1 &
 for _ in $(seq 1 50); do
-    mountpoint -q "$fs" && on_node "$reader" mountpoint -q "$fs" && break
+    on_login mountpoint -q "$fs" && on_node "$reader" mountpoint -q "$fs" && break
     sleep 0.1
 done
-on_node "$reader" mountpoint -q "$fs" && mountpoint -q "$fs" || fail "errfs did not mount"
+on_node "$reader" mountpoint -q "$fs" && on_login mountpoint -q "$fs" || fail "errfs did not mount"
 bad="$fs/$(basename "$backing")"
 as_user head -c 1024 "$bad" >/dev/null || fail "errfs: the start of the file is not readable"
 ! as_user dd if="$bad" of=/dev/null bs=1M skip=$((at / 1048576 + 1)) count=1 status=none 2>/dev/null ||
