@@ -40,7 +40,10 @@ run_held() {
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
         --wrap 'srun -N'"$k"' sh -c "sha256sum \$STAGEHAND_IMAGE | cut -d\" \" -f1"') ||
         fail "($1) sbatch: $id"
-    for _ in $(seq 1 150); do
+    # Before 23.02.2 the step runs and ends on $late while the request is
+    # held; later Slurm makes the step wait for the prolog, so the request
+    # is held for a few seconds only.
+    for _ in $(seq 1 $([ "$old_slurm" = 1 ] && echo 150 || echo 25)); do
         log_since "$late" "$off" | grep -aq "\[$id\.0\] done with job" && break
         sleep 0.2
     done
