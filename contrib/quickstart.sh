@@ -7,8 +7,12 @@
 # to show the no-op path (each job's output starts with stagehand's summary
 # line and the time it took), and leave the cluster up.
 #
-#   contrib/quickstart.sh [--debootstrap] [--nodes K]
+#   contrib/quickstart.sh [--stack bookworm|trixie] [--debootstrap] [--nodes K]
 #
+# --stack trixie runs the cluster on Debian 13's Slurm 24.11, Open MPI 5 and
+# PMIx 5 (a root file system built from Debian's mirror and cached), with its
+# own prefix /opt/stagehand-trixie, cluster instance "trixie" and shared
+# directory /shared-trixie; the default, bookworm, is the host's Debian 12.
 # --debootstrap builds the image from a minimal Debian root filesystem made
 # with debootstrap (needs the Debian mirror) instead of installed files.
 set -euo pipefail
@@ -18,11 +22,13 @@ cd "$top"
 MC="$top/contrib/minicluster/minicluster"
 nodes=3
 debootstrap=0
+stack=bookworm
 while [ $# -gt 0 ]; do
     case "$1" in
         --debootstrap) debootstrap=1 ;;
         --nodes) nodes=${2:?--nodes needs a number}; shift ;;
-        -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
+        -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "quickstart: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -31,18 +37,23 @@ done
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "install packages, build, install into /opt/stagehand"
-contrib/setup.sh --install
+# shellcheck source=contrib/stack-env.sh
+source "$top/contrib/stack-env.sh"
+stack_env "$stack" || exit 2
 
-step "bring up the $nodes-node test cluster"
-"$MC" up --nodes "$nodes"
+step "install packages, build ($stack), install into $STAGEHAND_PREFIX"
+contrib/setup.sh --install --stack "$stack"
+
+step "bring up the $nodes-node test cluster ($stack)"
+"$MC" up --nodes "$nodes" --stack "$stack"
 eval "$("$MC" env)"
 user=$MINICLUSTER_USER
-as_user() { (cd /shared && runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" PATH=/usr/bin:/bin "$@"); }
+shared=$MINICLUSTER_SHARED
+as_user() { (cd "$shared" && runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" PATH=/usr/bin:/bin "$@"); }
 
-step "build a real Squashfs image in /shared/images"
-mkdir -p /shared/images
-img=/shared/images/rootfs.sqsh
+step "build a real Squashfs image in $shared/images"
+mkdir -p "$shared/images"
+img=$shared/images/rootfs.sqsh
 if [ ! -s "$img" ]; then
     work=$(mktemp -d /var/tmp/stagehand-quickstart.XXXXXX)
     if [ "$debootstrap" = 1 ]; then
@@ -72,20 +83,20 @@ sum=$(sha256sum "$img" | cut -d' ' -f1)
 echo "image: $img, $size bytes, sha256 $sum"
 unsquashfs -s "$img" | sed -n '1,3p'
 
-cat >/shared/quickstart-job.sh <<'EOF'
+cat >"$shared/quickstart-job.sh" <<'EOF'
 #!/bin/bash
 # Runs after stagehand staged the image on every node of the job.
 echo "job $SLURM_JOB_ID: STAGEHAND_IMAGE=$STAGEHAND_IMAGE"
 srun -N"$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
     sh -c 'echo "$(hostname): $(sha256sum "$STAGEHAND_IMAGE" | cut -c1-16)... $(unsquashfs -l "$STAGEHAND_IMAGE" | wc -l) paths"'
 EOF
-chmod 0755 /shared/quickstart-job.sh
+chmod 0755 "$shared/quickstart-job.sh"
 
 run_job() { # label
-    local out=/shared/quickstart-$1.out
+    local out=$shared/quickstart-$1.out
     rm -f "$out"
     as_user sbatch --wait -N"$nodes" -o "$out" --stage-verbose \
-        --stage-image="$img:/nvme/images/rootfs.sqsh" /shared/quickstart-job.sh >/dev/null
+        --stage-image="$img:/nvme/images/rootfs.sqsh" "$shared/quickstart-job.sh" >/dev/null
     echo "job output ($1; the first line is stagehand's summary with the staging time):"
     sed 's/^/    /' "$out"
 }
@@ -113,14 +124,15 @@ echo " batch node's; the other nodes' lines are in $MINICLUSTER_STATE/log/slurmd
 step "done"
 cat <<EOF
 The cluster is still up. Try it yourself:
+$([ "$stack" = bookworm ] || echo "    export MINICLUSTER_NAME=$MINICLUSTER_NAME   # the $stack cluster's instance")
     eval "\$($MC env)"
-    cd /shared     # the job's output file goes to the submit directory
+    cd $shared     # the job's output file goes to the submit directory
     runuser -u $user -- env SLURM_CONF=\$SLURM_CONF sbatch --wait -N$nodes -o try.out \\
         --stage-verbose --stage-image=$img:/nvme/images/try.sqsh --wrap 'srun hostname'
     cat try.out    # --stage-verbose: what was copied, and how fast (run it twice: a no-op)
     $MC exec n1 -- ls -l /nvme/images
 The manual (installed under ${STAGEHAND_PREFIX:-/opt/stagehand}, outside man's default path):
     man -M ${STAGEHAND_PREFIX:-/opt/stagehand}/share/man stagehand
-Slurm logs: /var/lib/minicluster/log/. Bring it down with:
-    $MC down
+Slurm logs: $MINICLUSTER_STATE/log/. Bring it down with:
+    $([ "$stack" = bookworm ] || echo "MINICLUSTER_NAME=$MINICLUSTER_NAME ")$MC down
 EOF

@@ -110,16 +110,9 @@ in_stack() { # stack command...
     if [ "$stack" = bookworm ]; then "$@"; else "$ROOTFS" run "$stack" "$top" -- "$@"; fi
 }
 
-# A stack's install prefix, test cluster and shared directory: the
-# environment's (or the defaults) for bookworm, its own for another stack.
-stack_env() { # stack
-    if [ "$1" = bookworm ]; then
-        export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand}
-        return
-    fi
-    export STAGEHAND_PREFIX=/opt/stagehand-$1 MINICLUSTER_NAME=$1 MINICLUSTER_SHARED=/shared-$1
-    case "$1" in trixie) export MINICLUSTER_NET=10.76.0 ;; esac
-}
+# A stack's install prefix, test cluster and shared directory (stack_env).
+# shellcheck source=contrib/stack-env.sh
+source "$top/contrib/stack-env.sh"
 
 label() { # stack -> the prefix of its tests' names
     if [ "$1" = bookworm ] && [ "$stack_arg" = bookworm ]; then echo ""; else echo "$1: "; fi
