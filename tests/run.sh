@@ -219,7 +219,7 @@ done
 # package test, (bookworm) the benchmark's smoke run, and the teardown check.
 # Runs in a subshell of its own (its environment is the stack's).
 cluster_suite() { # stack
-    local s=$1 p t name start out rc ms secs leftovers state
+    local s=$1 p t name start out rc ms secs leftovers state pkg_args
     p=$(label "$s")
     stack_env "$s"
     verdict_file=$verdicts/v/$s
@@ -259,7 +259,9 @@ cluster_suite() { # stack
     # cluster through the packaged plugin (then it is purged again).
     if [ -z "$only" ] || [[ package == *$only* ]]; then
         echo "== ${p}Debian package"
-        if timeout -k 10 900 bash tests/package/test_package.sh --cluster --stack "$s" \
+        pkg_args=(--cluster)
+        [ "$s" = bookworm ] || pkg_args+=(--stack "$s")
+        if timeout -k 10 900 bash tests/package/test_package.sh "${pkg_args[@]}" \
             >"$verdicts/package-$s.out" 2>&1; then
             note_result "${p}package: dpkg-buildpackage, install, stage through the packaged plugin, purge" 0
         else
