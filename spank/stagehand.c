@@ -8,11 +8,21 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <slurm/slurm_errno.h>
 #include <slurm/spank.h>
 
 #include "internal.h"
 
 SPANK_PLUGIN(stagehand, 1)
+
+#if SH_SLURM_VERSION_NUMBER >= ((25u << 16) | (5u << 8))
+/* Slurm 25.05 and later: a failed slurm_spank_init fails the job instead of
+ * draining the node (spank(8), slurm_spank_init_failure_mode). The plugin's
+ * init fails only on what a job brings (its --stage-image values, parsed by
+ * the option callback in slurmstepd too), never on a fault of the node;
+ * Slurm 24.11 and earlier have no such mode and drain the node. */
+int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
+#endif
 
 /* case F26: say which Slurm we were built for and which one loaded us. */
 static void log_versions(spank_t sp)

@@ -620,6 +620,22 @@ static void tcp_eager_defaults(void)
     setenv("OMPI_MCA_btl_tcp_max_send_size", SH_TCP_EAGER_LIMIT, 0);
 }
 
+/* Open MPI 5 answers the death of a rank (Slurm's or the agent's PMIx server
+ * reports it) by aborting every other rank from its own event handler:
+ * PMIx_Abort, after which Slurm 24.11's mpi/pmix SIGKILLs the step, or
+ * _exit(14) (MPI_ERR_UNKNOWN). Neither runs the engine's cleanup, and each
+ * survivor left its temp file (test_engine_kill on the trixie cluster).
+ * With its fault tolerance on (ULFM, built into Debian's 5.0.7) a failed
+ * peer is an error returned to the call (MPI_ERRORS_RETURN, as under 4.1),
+ * which the engine's error paths handle: temp file removed, one error exit.
+ * A value the site or user set is kept; 4.1 has no such setting. */
+static void fault_defaults(void)
+{
+#if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
+    setenv("OMPI_MCA_mpi_ft_enable", "1", 0);
+#endif
+}
+
 int main(int argc, char **argv)
 {
     static struct run run;          /* large (paths): keep it off the stack */
@@ -685,6 +701,7 @@ int main(int argc, char **argv)
     sh_guard_limit_startup(r->o.stall_ns);
 
     tcp_eager_defaults();
+    fault_defaults();
     rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "stagehand-bcast: MPI_Init_thread failed\n");
