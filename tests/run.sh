@@ -136,8 +136,8 @@ unit_tests() { # stack builddir
     echo "== ${p}unit tests (ASan + UBSan)"
     if ! in_stack "$s" bash -c "cd '$top' && { [ -f '$b/build.ninja' ] ||
             meson setup '$b' -Db_sanitize=address,undefined -Db_lundef=false -Dtests=enabled >/dev/null; } &&
-            ninja -C '$b' >'$b.build.out' 2>&1"; then
-        tail -40 "$b.build.out" 2>/dev/null
+            ninja -C '$b' >'$b/build.out' 2>&1"; then
+        tail -40 "$b/build.out" 2>/dev/null
         note_result "${p}build (asan)" 1
         return 1
     fi
