@@ -74,18 +74,18 @@ note_result() { # name rc
 # The Check tests of a unit-test program count one each: "checks N" adds N
 # verdicts, of which "bad" failed.
 note_checks() { # prefix checks bad
-    printf 'CHECKS\t%s\t%s\t%s\n' "$1" "$2" "$3" >>"$verdict_file"
+    printf 'CHECKS\t%s\t%s\t%s\n' "$2" "$3" "$1" >>"$verdict_file"
 }
 
 finish() {
-    local passed=0 failed=0 skipped=0 kind a b c
+    local passed=0 failed=0 skipped=0 kind a b
     local failures=()
-    while IFS=$'\t' read -r kind a b c; do
+    while IFS=$'\t' read -r kind a b _; do
         case "$kind" in
             PASS) passed=$((passed + 1)) ;;
             SKIP) skipped=$((skipped + 1)) ;;
             FAIL) failed=$((failed + 1)); failures+=("$a") ;;
-            CHECKS) passed=$((passed + b - c)); failed=$((failed + c)) ;;
+            CHECKS) passed=$((passed + a - b)); failed=$((failed + b)) ;;
         esac
     done < <(cat "$verdicts"/v/* 2>/dev/null)
     echo
