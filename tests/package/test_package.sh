@@ -18,10 +18,12 @@
 #              packaged plugin (agent and engine at the package's paths).
 #              bookworm: the cluster is restarted twice (`minicluster up`
 #              with MINICLUSTER_PLUGIN, then back to the plugin it had);
-#              trixie: plugstack.conf is edited and every slurmd restarted,
-#              as an administrator would, then both are put back. No one else
-#              may use the cluster meanwhile. A cluster that was down is
-#              brought down again, one on another stack back to that stack.
+#              trixie: plugstack.conf's stagehand line (the cluster needs
+#              one: contrib/setup.sh --install --stack trixie) is pointed at
+#              it and every slurmd restarted, as an administrator would, then
+#              both are put back. No one else may use the cluster
+#              meanwhile. A cluster that was down is brought down again, one
+#              on another stack back to that stack.
 #   --keep     leave the package installed (no purge at the end; a trixie
 #              cluster's views keep it until the cluster goes down).
 #
@@ -52,7 +54,7 @@ while [ $# -gt 0 ]; do
             label=$2 steps=$3 deb=$4
             shift 3
             ;;
-        -h | --help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test_package.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -285,7 +287,9 @@ EOC
 }
 
 if [ -n "$steps" ]; then
-    trap 'echo "$passed passed, $failed failed"' EXIT
+    # A step that ends early (set -e) counts as a failure.
+    trap 'rc=$?; [ "$rc" = 0 ] || [ "$failed" != 0 ] || bad "steps $steps ended early (exit $rc)"
+        echo "$passed passed, $failed failed"' EXIT
     set_paths "$(dpkg-architecture -qDEB_HOST_MULTIARCH)"
     IFS=, read -ra todo <<<"$steps"
     for s in "${todo[@]}"; do
