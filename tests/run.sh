@@ -257,8 +257,7 @@ cluster_suite() { # stack
 
     # Issue 7: the Debian package builds, installs and stages a file on the
     # cluster through the packaged plugin (then it is purged again).
-    # On bookworm only until test_package.sh --stack trixie (branch pkg) lands.
-    if [ "$s" = bookworm ] && { [ -z "$only" ] || [[ package == *$only* ]]; }; then
+    if [ -z "$only" ] || [[ package == *$only* ]]; then
         echo "== ${p}Debian package"
         pkg_args=(--cluster)
         [ "$s" = bookworm ] || pkg_args+=(--stack "$s")
