@@ -27,15 +27,15 @@
 #   --keep     leave the package installed (no purge at the end; a trixie
 #              cluster's views keep it until the cluster goes down).
 #
-# The build happens in a copy of the source tree under build-pkg/; the .deb
-# and the logs stay there. The last line is "N passed, N failed".
+# The build happens in a copy of the source tree under build-pkg/ (trixie:
+# build-pkg-trixie/); the .deb and the logs stay there. The last line is
+# "N passed, N failed".
 # (--steps LABEL STEP[,STEP...] DEB is internal: the script runs itself so,
 # as root where the package goes, to install, check or purge it there.)
 set -euo pipefail
 
 self=$(readlink -f "$0")
 top=$(cd "$(dirname "$self")/../.." && pwd)
-out=$top/build-pkg
 pkg=slurm-stagehand
 cluster=0
 keep=0
@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
             label=$2 steps=$3 deb=$4
             shift 3
             ;;
-        -h | --help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test_package.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -63,6 +63,9 @@ case "$stack" in
     bookworm | trixie) ;;
     *) echo "test_package.sh: --stack must be bookworm or trixie, got '$stack'" >&2; exit 2 ;;
 esac
+# One build directory per stack: tests/run.sh runs both stacks' tests at once.
+out=$top/build-pkg
+[ "$stack" = bookworm ] || out=$top/build-pkg-$stack
 [ "$(id -u)" = 0 ] || { echo "test_package.sh: must run as root" >&2; exit 2; }
 command -v dpkg >/dev/null || { echo "test_package.sh: needs a Debian system" >&2; exit 2; }
 export DEBIAN_FRONTEND=noninteractive
@@ -343,7 +346,7 @@ run_steps() {
             *[0-9]" passed, "*[0-9]" failed") count=$line ;;
             *) echo "$line" ;;
         esac
-    done < <(run_on "$t" bash "$self" --steps "$lbl" "$s" "$deb" 2>&1 || true)
+    done < <(run_on "$t" bash "$self" --stack "$stack" --steps "$lbl" "$s" "$deb" 2>&1 || true)
     if [ -z "$count" ]; then
         bad "${lbl:-host}: the steps $s ended early"
         return 1
