@@ -778,6 +778,26 @@ static pid_t defer_staging(const struct sh_stage_job *job)
     return 0;
 }
 
+/* Does slurmctld still know job @jobid as running, not ending? True when it
+ * cannot say (the step's tasks then start as they would have). */
+static bool job_still_running(uint32_t jobid)
+{
+    job_info_msg_t *resp = NULL;
+    bool running = true;
+
+    if (slurm_load_job(&resp, jobid, SHOW_ALL) != SLURM_SUCCESS || resp == NULL)
+        return true;
+    for (uint32_t i = 0; i < resp->record_count; i++) {
+        const slurm_job_info_t *jr = &resp->job_array[i];
+
+        if (jr->job_id == jobid)
+            running = (jr->job_state & JOB_STATE_BASE) == JOB_RUNNING &&
+                      (jr->job_state & JOB_COMPLETING) == 0;
+    }
+    slurm_free_job_info_msg(resp);
+    return running;
+}
+
 /* Run the agent for @job and record its outcome in the status file. Returns
  * -1 only for a node fault under on_node_fault=drain (job prolog only). */
 static int run_staging(const struct sh_stage_job *job, int ac, char **av)
@@ -942,6 +962,19 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
         /* Once the agent runs as the job user, the user can signal it: its
          * death is then the job's failure, not the node's (issue 30). */
         res.node_fault = !res.user_phase && !staging_stopped;
+    }
+    /* A step's staging runs in its slurmstepd before the step's tasks
+     * exist, and a scancel meanwhile need not reach it: proctrack/cgroup on
+     * cgroup v1 keeps slurmstepd and its children (this agent) out of the
+     * step's container, so the staging went on and the cancelled step's
+     * program then started until Slurm's kill caught up with it (measured,
+     * PrologFlags=RunInJob, where srun's own job stages this way). One
+     * question to slurmctld per node and staging: a job that has ended
+     * fails its tasks instead. */
+    if (job->stepid >= 0 && res.have_result && res.ok && !job_still_running(job->jobid)) {
+        res.ok = false;
+        snprintf(res.message, sizeof(res.message),
+                 "the job ended during this step's staging: its tasks do not start");
     }
 
 record:
