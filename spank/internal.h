@@ -157,8 +157,9 @@ int sh_epilog_run(spank_t sp, int ac, char **av);
  * node whose Slurm runs the prolog in the job (sh_slurm_prolog_in_job), do
  * the job epilog's clean-up, which Slurm does not call there: stop what a
  * staging left running and remove the job's entries of /run/stagehand (a
- * step staging's runtime tmpfs and status). The extern step ends after the
- * job's other steps and before the node's epilog. Returns 0. */
+ * step staging's runtime tmpfs and status). Slurm ends the extern step once
+ * the job's other steps have ended (it waits up to KillWait for them),
+ * before the node's epilog scripts. Returns 0. */
 int sh_extern_exit_run(spank_t sp, int ac, char **av);
 
 /* slurmd context, slurm_spank_init (root, when slurmd starts): make the

@@ -1264,8 +1264,11 @@ int sh_extern_exit_run(spank_t sp, int ac, char **av)
      * safe in a child (its pthread_atfork handlers). */
     pid = fork();
     if (pid == 0) {
-        if (setresuid(0, 0, 0) != 0 || setresgid(0, 0, 0) != 0 || setgroups(0, NULL) != 0)
+        if (setresuid(0, 0, 0) != 0 || setresgid(0, 0, 0) != 0 || setgroups(0, NULL) != 0) {
+            slurm_error("stagehand: extern step: cannot become root again for the job's "
+                        "clean-up: %s", strerror(errno));
             _exit(1);
+        }
         (void)sh_epilog_run(sp, ac, av);
         _exit(0);
     }
