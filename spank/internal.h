@@ -98,6 +98,21 @@ int sh_submit_post_opt(spank_t sp);
 
 /* slurm.h's SLURM_BATCH_SCRIPT (the batch step's id); spank.h has no name. */
 #define SH_BATCH_STEP 0xfffffffbU
+/* slurm.h's SLURM_EXTERN_CONT (the extern step's id: PrologFlags=Contain). */
+#define SH_EXTERN_STEP 0xfffffffcU
+
+/* Does this process's Slurm run the job prolog and epilog inside the job's
+ * extern step (PrologFlags=RunInJob, Slurm 24.05 and later)? There Slurm
+ * calls no SPANK plugin's slurm_spank_job_prolog or slurm_spank_job_epilog:
+ * slurmstepd loads the plugin stack in remote context, and only slurmd's
+ * own load notes which plugins have a job prolog (Slurm 24.11 spank.c,
+ * spank_has_prolog(); prep/script runs the SPANK prolog only when it is
+ * true), so the job's staging never starts and nothing cleans up after the
+ * job (prolog.c, stagehand(8) VERSIONS). Read from the slurm.conf this
+ * process loaded (slurmd, slurmstepd, sbatch, salloc, srun): Slurm's own
+ * slurm_conf, the same value slurmstepd decides by, no RPC. False before
+ * Slurm 24.05 (no such flag) and where that variable is absent. */
+bool sh_slurm_prolog_in_job(void);
 
 /* One staging to run on this node: the job prolog's (stepid < 0) or a job
  * step's (prolog.c). The strings belong to the caller. */
@@ -137,6 +152,15 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
  * only for a node fault under on_node_fault=drain. */
 int sh_prolog_run(spank_t sp, int ac, char **av);
 int sh_epilog_run(spank_t sp, int ac, char **av);
+
+/* Remote context, slurm_spank_exit (root): in the extern step of a job on a
+ * node whose Slurm runs the prolog in the job (sh_slurm_prolog_in_job), do
+ * the job epilog's clean-up, which Slurm does not call there: stop what a
+ * staging left running and remove the job's entries of /run/stagehand (a
+ * step staging's runtime tmpfs and status). Slurm ends the extern step once
+ * the job's other steps have ended (it waits up to KillWait for them),
+ * before the node's epilog scripts. Returns 0. */
+int sh_extern_exit_run(spank_t sp, int ac, char **av);
 
 /* slurmd context, slurm_spank_init (root, when slurmd starts): make the
  * fixed part of default_dest (sh_config_default_fixed; e.g. /nvme/stage),

@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -777,6 +778,26 @@ static pid_t defer_staging(const struct sh_stage_job *job)
     return 0;
 }
 
+/* Does slurmctld still know job @jobid as running, not ending? True when it
+ * cannot say (the step's tasks then start as they would have). */
+static bool job_still_running(uint32_t jobid)
+{
+    job_info_msg_t *resp = NULL;
+    bool running = true;
+
+    if (slurm_load_job(&resp, jobid, SHOW_ALL) != SLURM_SUCCESS || resp == NULL)
+        return true;
+    for (uint32_t i = 0; i < resp->record_count; i++) {
+        const slurm_job_info_t *jr = &resp->job_array[i];
+
+        if (jr->job_id == jobid)
+            running = (jr->job_state & JOB_STATE_BASE) == JOB_RUNNING &&
+                      (jr->job_state & JOB_COMPLETING) == 0;
+    }
+    slurm_free_job_info_msg(resp);
+    return running;
+}
+
 /* Run the agent for @job and record its outcome in the status file. Returns
  * -1 only for a node fault under on_node_fault=drain (job prolog only). */
 static int run_staging(const struct sh_stage_job *job, int ac, char **av)
@@ -941,6 +962,19 @@ static int run_staging(const struct sh_stage_job *job, int ac, char **av)
         /* Once the agent runs as the job user, the user can signal it: its
          * death is then the job's failure, not the node's (issue 30). */
         res.node_fault = !res.user_phase && !staging_stopped;
+    }
+    /* A step's staging runs in its slurmstepd before the step's tasks
+     * exist, and a scancel meanwhile need not reach it: proctrack/cgroup on
+     * cgroup v1 keeps slurmstepd and its children (this agent) out of the
+     * step's container, so the staging went on and the cancelled step's
+     * program then started until Slurm's kill caught up with it (measured,
+     * PrologFlags=RunInJob, where srun's own job stages this way). One
+     * question to slurmctld per node and staging: a job that has ended
+     * fails its tasks instead. */
+    if (job->stepid >= 0 && res.have_result && res.ok && !job_still_running(job->jobid)) {
+        res.ok = false;
+        snprintf(res.message, sizeof(res.message),
+                 "the job ended during this step's staging: its tasks do not start");
     }
 
 record:
@@ -1188,6 +1222,67 @@ static int step_job_fill(spank_t sp, struct sh_stage_job *job, bool step, uint32
     job->nodelist = nodelist;
     job->nodename = nodename;
     job->cluster = cluster;
+    return 0;
+}
+
+#ifdef PROLOG_FLAG_RUN_IN_JOB
+/* Slurm's configuration as this process loaded it (libslurmfull's, which
+ * slurmd, slurmstepd and the client commands load and the plugin's other
+ * Slurm calls resolve to: spank/meson.build). slurm.h declares its type,
+ * not the variable; weak, so a host without it reads as "not set". The
+ * plugin is built for the one Slurm release that loads it (F26), so the
+ * layout is that release's. */
+extern slurm_conf_t slurm_conf __attribute__((weak));
+#endif
+
+bool sh_slurm_prolog_in_job(void)
+{
+#ifdef PROLOG_FLAG_RUN_IN_JOB
+    return &slurm_conf != NULL && (slurm_conf.prolog_flags & PROLOG_FLAG_RUN_IN_JOB) != 0;
+#else
+    return false;
+#endif
+}
+
+int sh_extern_exit_run(spank_t sp, int ac, char **av)
+{
+    uint32_t stepid = 0;
+    pid_t pid;
+    int wstatus;
+
+    if (!sh_slurm_prolog_in_job() || spank_get_item(sp, S_JOB_STEPID, &stepid) != ESPANK_SUCCESS ||
+        stepid != SH_EXTERN_STEP)
+        return 0;
+    /* In a child, root in every respect: as Slurm 24.11's extern step
+     * calls this, another of its threads runs its X11 shutdown (with or
+     * without X11), which drops the whole process to the job user for a
+     * moment (drop_privileges: seteuid(2), which glibc applies to every
+     * thread); measured here, 1 job's clean-up in 3 failed with EACCES and
+     * EPERM. A child's credentials are its own, and with the real and saved
+     * user ids still root it can take root back (uid first: a non-zero
+     * effective uid has no capability to set the groups). Slurm's log is
+     * safe in a child (its pthread_atfork handlers). */
+    pid = fork();
+    if (pid == 0) {
+        if (setresuid(0, 0, 0) != 0 || setresgid(0, 0, 0) != 0 || setgroups(0, NULL) != 0) {
+            slurm_error("stagehand: extern step: cannot become root again for the job's "
+                        "clean-up: %s", strerror(errno));
+            _exit(1);
+        }
+        (void)sh_epilog_run(sp, ac, av);
+        _exit(0);
+    }
+    if (pid < 0) {
+        int e = errno;
+        uint32_t jobid = 0;
+
+        (void)spank_get_item(sp, S_JOB_ID, &jobid);
+        slurm_error("stagehand: job %u: extern step: fork: %s (this node's %s entries of "
+                    "the job stay)", jobid, strerror(e), SH_RUNTIME_DIR);
+        return 0;
+    }
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+        ;
     return 0;
 }
 

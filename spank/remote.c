@@ -114,6 +114,12 @@ int sh_remote_task_privileged(spank_t sp)
                      "--stage-image: job %u has no staging status on this node: "
                      "its staging process ended without writing one (killed?); "
                      "see the slurmd log", jobid);
+        else if (sh_slurm_prolog_in_job())
+            snprintf(remote.message, sizeof(remote.message),
+                     "--stage-image: job %u has no staging status on this node: "
+                     "slurm.conf sets PrologFlags=RunInJob, under which Slurm runs no "
+                     "SPANK job prolog (stagehand(8), VERSIONS); drop RunInJob, or "
+                     "stage with srun --stage-image", jobid);
         else
             snprintf(remote.message, sizeof(remote.message),
                      "--stage-image: job %u has no staging status on this node: the "

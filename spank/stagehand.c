@@ -61,6 +61,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         if (cfg != NULL)
             sh_slurmd_prepare(cfg);
         sh_plugin_check_ports(cfg);
+        if (sh_slurm_prolog_in_job())
+            slurm_error("stagehand: slurm.conf sets PrologFlags=RunInJob, under which "
+                        "Slurm calls no SPANK job prolog or epilog: sbatch and salloc "
+                        "--stage-image are refused, srun --stage-image stages at step "
+                        "start; drop RunInJob to stage jobs in the prolog "
+                        "(stagehand(8), VERSIONS)");
         return 0;
     }
     default:
@@ -83,9 +89,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)
 {
-    (void)sp;
-    (void)ac;
-    (void)av;
+    if (spank_context() == S_CTX_REMOTE)
+        (void)sh_extern_exit_run(sp, ac, av);
     sh_args_free();
     return 0;
 }

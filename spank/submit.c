@@ -140,6 +140,19 @@ int sh_submit_option(const char *value)
         /* case F28: a new image on an srun inside the job is staged at
          * step start on the step's nodes, before its tasks run. */
         sh_plugin.step_staging = true;
+    } else if (sh_slurm_prolog_in_job()) {
+        /* PrologFlags=RunInJob: Slurm runs no SPANK job prolog (internal.h).
+         * An srun that makes its own job stages at its step's start, on the
+         * job's every node; sbatch and salloc have no such step. */
+        if (spank_context() != S_CTX_LOCAL) {
+            user_error(value, "this cluster's slurm.conf sets PrologFlags=RunInJob, "
+                       "under which Slurm runs no SPANK job prolog, so a job's images "
+                       "cannot be staged; srun --stage-image (which stages at step "
+                       "start) still can. Ask the administrators to drop RunInJob "
+                       "(stagehand(8), VERSIONS)");
+            return -1;
+        }
+        sh_plugin.step_staging = true;
     }
     if (sh_plugin.specs == NULL) {
         sh_plugin.specs = sh_spec_set_new();
