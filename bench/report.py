@@ -445,18 +445,24 @@ def main():
     md.append("")
     open(os.path.join(a.out, "latest.md"), "w").write("\n".join(md) + "\n")
 
-    # plot data: one block per method, per size
+    # plot data: one block per method and size that has runs. gnuplot's
+    # `index` counts only blocks with data (an empty one does not count), so
+    # a method not run must get no block: with blocks for every method, a run
+    # of fewer methods and two sizes plotted nothing for the second size.
     dat = os.path.join(a.out, ".plot.dat")
+    block = {}
     with open(dat, "w") as f:
         for size in sizes:
             for m, _ in METHODS:
+                pts = [(n, stats(size, m, n)) for n in nodes]
+                pts = [(n, st) for n, st in pts if st]
+                if not pts:
+                    continue
+                block[(size, m)] = len(block)
                 f.write(f"# {size} {m}\n")
-                for n in nodes:
-                    st = stats(size, m, n)
-                    if st:
-                        f.write(f"{n} {st['med']:.4f} {st['min']:.4f} {st['max']:.4f}\n")
+                for n, st in pts:
+                    f.write(f"{n} {st['med']:.4f} {st['min']:.4f} {st['max']:.4f}\n")
                 f.write("\n\n")
-    nm = len(METHODS)
     gp = [
         "set terminal pngcairo size 1400,560 font 'DejaVu Sans,10'",
         f"set output '{os.path.join(a.out, 'latest.png')}'",
@@ -468,15 +474,15 @@ def main():
         f"set xrange [{min(nodes) - 0.5}:{max(nodes) + 0.5}]",
         "set key top left", "set logscale y",
     ]
-    for i, size in enumerate(sizes):
+    for size in sizes:
         tl = (size << 20) / (lim_rate * 1e6)
         gp.append(f"set title 'S = {size} MiB'")
         gp.append(f"set yrange [{tl * 0.7:.3f}:*]")
         plots = []
-        for j, (m, _) in enumerate(METHODS):
-            idx = i * nm + j
-            if any(stats(size, m, n) for n in nodes):
-                plots.append(f"'{dat}' index {idx} using 1:2:3:4 with yerrorlines lw 2 pt 7 title '{m}'")
+        for m, _ in METHODS:
+            if (size, m) in block:
+                plots.append(f"'{dat}' index {block[(size, m)]} using 1:2:3:4 with yerrorlines "
+                             f"lw 2 pt 7 title '{m}'")
         plots.append(f"{tl:.4f} with lines dt 2 lw 2 lc rgb 'black' title 'physical limit'")
         gp.append("plot " + ", \\\n     ".join(plots))
     gp.append("unset multiplot")
