@@ -11,7 +11,7 @@ import subprocess
 from collections import defaultdict
 
 METHODS = [
-    ("plugin", "stagehand, sbatch --stage-image: job start (allocation, prolog starts) -> job script start (first step), from slurmctld's log and the script's clock; it moves in steps of 1 s because slurmd notices the end of a prolog by polling it 10, 30, 70, 150, 310, 630 ms and then once a second after starting it (Slurm 22.05 run_command_waitpid_timeout, when PrologEpilogTimeout is set)"),
+    ("plugin", "stagehand, sbatch --stage-image: job start (allocation, prolog starts) -> job script start (first step), from slurmctld's log and the script's clock"),
     ("plugin-agent", "stagehand, same runs: the agent's own staging time (slurmd log)"),
     ("chain", "stagehand-bcast --algorithm=chain (srun in the allocation)"),
     ("bcast", "stagehand-bcast --algorithm=bcast (MPI_Ibcast per segment)"),
@@ -19,6 +19,14 @@ METHODS = [
     ("cp", "srun cp from the shared filesystem on every node"),
 ]
 STAGEHAND = ("plugin", "plugin-agent", "chain")
+# What the plugin's time means on Slurm 22.05 (bookworm), where it was read
+# off the code; other releases were not examined.
+PLUGIN_POLL_2205 = ("; it moves in steps of 1 s because slurmd notices the end of a prolog by "
+                    "polling it 10, 30, 70, 150, 310, 630 ms and then once a second after "
+                    "starting it (Slurm 22.05 run_command_waitpid_timeout, when "
+                    "PrologEpilogTimeout is set)")
+# The software stacks bench/run.sh --stack knows (minicluster up --stack).
+STACKS = {"bookworm": "Debian 12, the host's own", "trixie": "a Debian 13 root"}
 # A run during which the VM handed back less than this much memory to its
 # hypervisor counts as undisturbed in the "without host memory hand-back" view.
 HANDBACK_MIB = 128
@@ -121,6 +129,9 @@ def main():
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     cal = load_calib(a.calib)
+    # runs before --stack were on bookworm
+    stack = cal.get("stack", "bookworm")
+    on_2205 = stack == "bookworm"
     rows = list(csv.DictReader(open(a.csv)))
 
     # (size MiB, method, N) -> list of (seconds, storage bytes, ok)
@@ -180,6 +191,13 @@ def main():
               f"{cal.get('load_start', '?')}, at end {cal.get('load_end', '?')} "
               f"(other work on the host inflates times). Plot: [latest.png](latest.png); "
               f"raw data: [latest.csv](latest.csv).\n")
+    if "stack" in cal:
+        md.append(f"Stack: **{stack}** ({STACKS.get(stack, '?')}): every daemon and job ran "
+                  f"Slurm {cal.get('slurm_version') or '?'}, Open MPI "
+                  f"{cal.get('openmpi_version') or '?'} and PMIx {cal.get('pmix_version') or '?'}"
+                  + ("" if stack == "bookworm" else
+                     " (`minicluster up --stack`: each node a view of the root, stagehand built in it)")
+                  + ".\n")
     md.append("## Setup and calibration\n")
     md.append(f"Minicluster with `--shared sshfs`: a storage-host namespace serves the shared "
               f"filesystem over sshfs, each node mounts it separately (`cache=no`), so every "
@@ -216,8 +234,9 @@ def main():
         md.append("| slurm.conf | - | PrologEpilogTimeout unset (`MINICLUSTER_PROLOG_EPILOG_TIMEOUT=none`): "
                   "slurmd waits for each prolog without polling it |")
     elif cal.get("prolog_epilog_timeout"):
-        md.append(f"| slurm.conf | - | PrologEpilogTimeout={cal['prolog_epilog_timeout']}: slurmd "
-                  f"polls each prolog 10, 30, 70, 150, 310, 630 ms after its start, then every second |")
+        poll = (": slurmd polls each prolog 10, 30, 70, 150, 310, 630 ms after its start, then "
+                "every second" if on_2205 else "")
+        md.append(f"| slurm.conf | - | PrologEpilogTimeout={cal['prolog_epilog_timeout']}{poll} |")
     if cal.get("rate_steps"):
         md.append(f"| rates stepped down | - | {cal['rate_steps']} (the raw chain under 95 % of the "
                   f"link in two samples: the cores, not the link, would have limited) |")
@@ -236,7 +255,7 @@ def main():
               "sftp servers read, as a multiple of S: rchar, which includes the SFTP "
               "requests, about 0.1 %):\n")
     for m, d in METHODS:
-        md.append(f"- `{m}`: {d}")
+        md.append(f"- `{m}`: {d}{PLUGIN_POLL_2205 if m == 'plugin' and on_2205 else ''}")
     md.append("")
 
     for size in sizes:
@@ -426,18 +445,24 @@ def main():
     md.append("")
     open(os.path.join(a.out, "latest.md"), "w").write("\n".join(md) + "\n")
 
-    # plot data: one block per method, per size
+    # plot data: one block per method and size that has runs. gnuplot's
+    # `index` counts only blocks with data (an empty one does not count), so
+    # a method not run must get no block: with blocks for every method, a run
+    # of fewer methods and two sizes plotted nothing for the second size.
     dat = os.path.join(a.out, ".plot.dat")
+    block = {}
     with open(dat, "w") as f:
         for size in sizes:
             for m, _ in METHODS:
+                pts = [(n, stats(size, m, n)) for n in nodes]
+                pts = [(n, st) for n, st in pts if st]
+                if not pts:
+                    continue
+                block[(size, m)] = len(block)
                 f.write(f"# {size} {m}\n")
-                for n in nodes:
-                    st = stats(size, m, n)
-                    if st:
-                        f.write(f"{n} {st['med']:.4f} {st['min']:.4f} {st['max']:.4f}\n")
+                for n, st in pts:
+                    f.write(f"{n} {st['med']:.4f} {st['min']:.4f} {st['max']:.4f}\n")
                 f.write("\n\n")
-    nm = len(METHODS)
     gp = [
         "set terminal pngcairo size 1400,560 font 'DejaVu Sans,10'",
         f"set output '{os.path.join(a.out, 'latest.png')}'",
@@ -449,15 +474,15 @@ def main():
         f"set xrange [{min(nodes) - 0.5}:{max(nodes) + 0.5}]",
         "set key top left", "set logscale y",
     ]
-    for i, size in enumerate(sizes):
+    for size in sizes:
         tl = (size << 20) / (lim_rate * 1e6)
         gp.append(f"set title 'S = {size} MiB'")
         gp.append(f"set yrange [{tl * 0.7:.3f}:*]")
         plots = []
-        for j, (m, _) in enumerate(METHODS):
-            idx = i * nm + j
-            if any(stats(size, m, n) for n in nodes):
-                plots.append(f"'{dat}' index {idx} using 1:2:3:4 with yerrorlines lw 2 pt 7 title '{m}'")
+        for m, _ in METHODS:
+            if (size, m) in block:
+                plots.append(f"'{dat}' index {block[(size, m)]} using 1:2:3:4 with yerrorlines "
+                             f"lw 2 pt 7 title '{m}'")
         plots.append(f"{tl:.4f} with lines dt 2 lw 2 lc rgb 'black' title 'physical limit'")
         gp.append("plot " + ", \\\n     ".join(plots))
     gp.append("unset multiplot")

@@ -18,10 +18,18 @@
 # and for every run the bytes the storage host read (rchar of its sftp server
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
 #
-#   bench/run.sh [--smoke] [--sizes "256 1024"] [--nodes "2 4 8"] [--reps 3]
-#                [--noop-reps 7] [--baseline-reps N] [--link RATE] [--storage RATE]
+#   bench/run.sh [--smoke] [--stack bookworm|trixie] [--sizes "256 1024"]
+#                [--nodes "2 4 8"] [--reps 3] [--noop-reps 7] [--baseline-reps N]
+#                [--link RATE] [--storage RATE]
 #                [--methods "plugin chain bcast sbcast cp noop"]
 #                [--no-build] [--keep] [--out DIR]
+#
+# --stack: the software the cluster runs (minicluster up --stack): bookworm
+# (default), the host's Debian 12 (Slurm 22.05, Open MPI 4.1, PMIx 4.2), or
+# trixie, the Debian 13 root of contrib/minicluster/rootfs (Slurm 24.11,
+# Open MPI 5, PMIx 5), in which the build runs too (as contrib/setup.sh
+# --stack trixie does). The report files record the stack and the Slurm,
+# Open MPI and PMIx versions the nodes ran.
 #
 # --baseline-reps: repetitions of sbcast and cp, the slow baselines (default
 # --reps). A failed run (e.g. a crashed rank) is recorded as failed, not
@@ -32,11 +40,14 @@
 # bytes are not 1.00 x S.
 #
 # The benchmark brings up its OWN minicluster instance and brings it down at
-# the end (unless --keep): MINICLUSTER_NAME (default bench), MINICLUSTER_NET
-# (default 10.78.0), MINICLUSTER_SHARED (default /shared-bench). It builds the
-# checkout into BENCH_BUILD_DIR (default build-bench, release) and installs it
-# into STAGEHAND_PREFIX (default /opt/stagehand-bench), so neither the default
-# test cluster nor /opt/stagehand are touched. Needs root, like minicluster.
+# the end (unless --keep): MINICLUSTER_NAME (default bench; benchx on
+# trixie), MINICLUSTER_NET (default 10.78.0; 10.75.0), MINICLUSTER_SHARED
+# (default /shared-bench; /shared-benchx). It builds the checkout into
+# BENCH_BUILD_DIR (default build-bench, release; build-bench-trixie) and
+# installs it into STAGEHAND_PREFIX (default /opt/stagehand-bench;
+# /opt/stagehand-benchx), so neither a test cluster nor its prefix is
+# touched, and the two stacks' benchmarks can run side by side (not that
+# their numbers would mean much then). Needs root, like minicluster.
 #
 # Shaping (minicluster shape): every node link RATE each way (--link, default
 # 400mbit) and the storage host's egress (--storage, default 80mbps, i.e.
@@ -54,14 +65,10 @@
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
-export MINICLUSTER_NAME=${MINICLUSTER_NAME:-bench}
-export MINICLUSTER_NET=${MINICLUSTER_NET:-10.78.0}
-export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-/shared-bench}
-export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand-bench}
-build_dir=${BENCH_BUILD_DIR:-build-bench}
 mc="$top/contrib/minicluster/minicluster"
+rootfs="$top/contrib/minicluster/rootfs"
 
-smoke=0 build=1 keep=0
+smoke=0 build=1 keep=0 stack=bookworm
 sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
 link=400mbit storage=80mbps auto_rate=1 rate_steps=""
 methods="plugin chain bcast sbcast cp noop"
@@ -69,6 +76,7 @@ out="$top/bench/results"
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1; shift ;;
+        --stack) stack=${2:?}; shift 2 ;;
         --sizes) sizes=${2:?}; shift 2 ;;
         --nodes) nodes=${2:?}; shift 2 ;;
         --reps) reps=${2:?}; shift 2 ;;
@@ -84,6 +92,17 @@ while [ $# -gt 0 ]; do
         *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
+# each stack's own instance, subnet, shared directory, prefix and build
+case "$stack" in
+    bookworm) d=(bench 10.78.0 /shared-bench /opt/stagehand-bench build-bench) ;;
+    trixie) d=(benchx 10.75.0 /shared-benchx /opt/stagehand-benchx build-bench-trixie) ;;
+    *) echo "bench/run.sh: --stack must be bookworm or trixie, got '$stack'" >&2; exit 2 ;;
+esac
+export MINICLUSTER_NAME=${MINICLUSTER_NAME:-${d[0]}}
+export MINICLUSTER_NET=${MINICLUSTER_NET:-${d[1]}}
+export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-${d[2]}}
+export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-${d[3]}}
+build_dir=${BENCH_BUILD_DIR:-${d[4]}}
 if [ "$smoke" = 1 ]; then
     sizes=32 nodes=2 reps=1 methods="plugin chain"
     out=$(mktemp -d /tmp/stagehand-smoke.XXXXXX)
@@ -99,19 +118,28 @@ t_start=$(date +%s)
 say() { printf '== %s\n' "$*" >&2; }
 
 # ------------------------------------------------------------ build -------
+# A command in the stack's software: the host's for bookworm, else in a view
+# of the stack's root with the checkout and the prefix bound in.
+in_stack() {
+    if [ "$stack" = bookworm ]; then "$@"; else "$rootfs" run "$stack" "$top" "$STAGEHAND_PREFIX" -- "$@"; fi
+}
 if [ "$build" = 1 ]; then
-    "$top/contrib/setup.sh" --packages-only
-    cd "$top"
-    if [ ! -f "$build_dir/build.ninja" ]; then
-        meson setup "$build_dir" --prefix="$STAGEHAND_PREFIX" -Dbuildtype=release \
-            -Dslurm_plugindir="$STAGEHAND_PREFIX/lib/slurm" -Dinstall_tests=true >/dev/null
-    else # a build directory made for another prefix (e.g. by the CI smoke run)
-        meson configure "$build_dir" --prefix="$STAGEHAND_PREFIX" \
-            -Dslurm_plugindir="$STAGEHAND_PREFIX/lib/slurm" -Dinstall_tests=true >/dev/null
-    fi
-    ninja -C "$build_dir" >/dev/null
-    meson install -C "$build_dir" --quiet >/dev/null
-    say "built $build_dir and installed it into $STAGEHAND_PREFIX"
+    "$top/contrib/setup.sh" --packages-only --stack "$stack"   # a root stack: its root
+    mkdir -p "$STAGEHAND_PREFIX"
+    # a build directory made for another prefix (e.g. by the CI smoke run) is
+    # reconfigured for this one
+    # shellcheck disable=SC2016  # the script's own arguments
+    in_stack bash -c 'set -e
+        cd "$1"
+        opts=(--prefix="$3" -Dslurm_plugindir="$3/lib/slurm" -Dinstall_tests=true)
+        if [ ! -f "$2/build.ninja" ]; then
+            meson setup "$2" -Dbuildtype=release "${opts[@]}" >/dev/null
+        else
+            meson configure "$2" "${opts[@]}" >/dev/null
+        fi
+        ninja -C "$2" >/dev/null
+        meson install -C "$2" --quiet >/dev/null' build "$top" "$build_dir" "$STAGEHAND_PREFIX"
+    say "built $build_dir ($stack) and installed it into $STAGEHAND_PREFIX"
 fi
 [ -x "$STAGEHAND_PREFIX/bin/stagehand-bcast" ] || { echo "bench/run.sh: $STAGEHAND_PREFIX/bin/stagehand-bcast not installed" >&2; exit 2; }
 if [ "$smoke" = 0 ] && ! command -v gnuplot >/dev/null; then
@@ -119,7 +147,9 @@ if [ "$smoke" = 0 ] && ! command -v gnuplot >/dev/null; then
 fi
 
 # ------------------------------------------------------------ cluster -----
-nvme_mib=$((maxs * 2 + 128))
+# twice the largest image (the temp file next to a current copy), and at
+# least the calibration's 256 MiB transfers (a smaller /nvme ran out of space)
+nvme_mib=$((maxs * 2 > 256 ? maxs * 2 + 128 : 384))
 cleanup() {
     local rc=$?
     set +e
@@ -131,12 +161,21 @@ cleanup() {
     exit $rc
 }
 trap cleanup EXIT
-say "minicluster $MINICLUSTER_NAME: $maxn nodes, shared=sshfs at $MINICLUSTER_SHARED, net $MINICLUSTER_NET.0/24"
+say "minicluster $MINICLUSTER_NAME (stack $stack): $maxn nodes, shared=sshfs at $MINICLUSTER_SHARED, net $MINICLUSTER_NET.0/24"
 # a fresh instance: slurmd loads the plugin (and decides about prologs) at start
 "$mc" down >/dev/null 2>&1 || true
-"$mc" up --nodes "$maxn" --shared sshfs --nvme-size "${nvme_mib}m" >/dev/null
+"$mc" up --nodes "$maxn" --shared sshfs --nvme-size "${nvme_mib}m" --stack "$stack" >/dev/null
 eval "$("$mc" env)"
 STATE=$MINICLUSTER_STATE
+# The releases the nodes run: the upstream part of the Debian package's
+# version, as a node sees it (the host's packages on bookworm, the root's on
+# trixie).
+pkg_version() {
+    # shellcheck disable=SC2016  # dpkg-query's format, not a shell expansion
+    "$mc" exec n1 -- dpkg-query -W -f '${Version}' "$1" 2>/dev/null | sed 's/^[0-9]*://; s/-[^-]*$//'
+}
+v_slurm=$(pkg_version slurmd) v_ompi=$(pkg_version openmpi-bin) v_pmix=$(pkg_version libpmix-dev)
+say "stack $stack: Slurm ${v_slurm:-?}, Open MPI ${v_ompi:-?}, PMIx ${v_pmix:-?}"
 "$mc" shape --storage "$storage" --link "$link" 2>/dev/null
 R="$top/bench/rawchain.py"
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
@@ -177,6 +216,10 @@ node_ip() { echo "$MINICLUSTER_NET.$((10 + ${1#n}))"; }
 # Bytes read by the storage host's sftp servers (one per sshfs mount). rchar
 # counts every byte the server read from the exported files plus the small
 # SFTP requests it read from its sockets (~0.1 %), so it is an upper bound.
+# Only the internal-sftp processes count: each mount's session also has a
+# "root@notty" process (on trixie's OpenSSH 10 "sshd-session: root@notty")
+# that reads the sftp server's replies from a pipe and sends them on, S
+# again in its rchar.
 storage_rchar() {
     local p sum=0 v
     for p in $(ip netns pids "$MINICLUSTER_NAME-st" 2>/dev/null); do
@@ -361,6 +404,10 @@ st_nom=$(awk -v r="$storage" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/,
     m = (u ~ /^k/) ? 1e3 : (u ~ /^m/) ? 1e6 : (u ~ /^g/) ? 1e9 : 1;
     printf "%.1f", (u ~ /bit$/) ? v * m / 8 / 1e6 : v * m / 1e6 }')
 cat >"$calib" <<EOF
+stack=$stack
+slurm_version=$v_slurm
+openmpi_version=$v_ompi
+pmix_version=$v_pmix
 link_rate=$link
 storage_rate=$storage
 link_nominal_MBps=$link_nom
@@ -639,7 +686,7 @@ EOF
         exit 1
     fi
     rm -rf "$out"
-    echo "smoke: ok ($(($(date +%s) - t_start)) s)"
+    echo "smoke: ok, stack $stack: Slurm $v_slurm, Open MPI $v_ompi, PMIx $v_pmix ($(($(date +%s) - t_start)) s)"
     exit 0
 fi
 python3 "$top/bench/report.py" --csv "$csv" --calib "$calib" --out "$out"
