@@ -8,7 +8,8 @@
 # needs, builds, runs the unit tests under AddressSanitizer and
 # UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy), installs a release
 # build, brings a local Slurm test cluster up, runs every cluster test, the
-# Debian package test and (bookworm) the benchmark's smoke variant, brings the
+# Debian package test and the benchmark's smoke variant, (trixie) the
+# PrologFlags tests again on clusters with Contain and RunInJob, brings the
 # cluster down (also on failure), and ends with the line
 #   N passed, N failed[, N skipped]
 # counting every test it ran. Exit status is non-zero if any test failed.
@@ -216,10 +217,11 @@ done
 
 # ---------------------------------------------------------- cluster -------
 # One stack's cluster part: its test cluster, every cluster test, the Debian
-# package test, (bookworm) the benchmark's smoke run, and the teardown check.
+# package test, the benchmark's smoke run, (trixie) other PrologFlags, and the
+# teardown check.
 # Runs in a subshell of its own (its environment is the stack's).
 cluster_suite() { # stack
-    local s=$1 p t name start out rc ms secs leftovers state pkg_args
+    local s=$1 p name leftovers state pkg_args
     p=$(label "$s")
     stack_env "$s"
     verdict_file=$verdicts/v/$s
@@ -238,22 +240,29 @@ cluster_suite() { # stack
     note_result "${p}minicluster up" 0
     eval "$("$MC" env)"
 
-    for t in tests/cluster/test_*.sh; do
-        [ -e "$t" ] || continue
-        name=$(basename "$t" .sh)
-        if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
-        start=$(date +%s%N)
-        out=$(timeout -k 10 "${STAGEHAND_TEST_TIMEOUT:-300}" bash "$t" 2>&1)
-        rc=$?
-        ms=$((($(date +%s%N) - start) / 1000000))
-        secs=$((ms / 1000)).$(printf '%03d' $((ms % 1000)))
-        if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] || [ -n "${STAGEHAND_TEST_VERBOSE:-}" ]; then
-            printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
-        elif [ "$rc" -eq 77 ]; then
-            printf '%s\n' "$out" | grep -E '^SKIP' | sed 's/^/    /'
-        fi
-        note_result "$p$name (${secs}s)" "$rc"
-    done
+    # run_tests LABEL TEST...: each cluster test (tests/cluster/NAME.sh)
+    # that --only selects, its verdict named "$p${LABEL}NAME (seconds)".
+    run_tests() {
+        local l=$1 t name start out rc ms secs
+        shift
+        for t in "$@"; do
+            [ -e "$t" ] || continue
+            name=$(basename "$t" .sh)
+            if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
+            start=$(date +%s%N)
+            out=$(timeout -k 10 "${STAGEHAND_TEST_TIMEOUT:-300}" bash "$t" 2>&1)
+            rc=$?
+            ms=$((($(date +%s%N) - start) / 1000000))
+            secs=$((ms / 1000)).$(printf '%03d' $((ms % 1000)))
+            if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] || [ -n "${STAGEHAND_TEST_VERBOSE:-}" ]; then
+                printf '%s\n' "$out" | tail -40 | sed 's/^/    /'
+            elif [ "$rc" -eq 77 ]; then
+                printf '%s\n' "$out" | grep -E '^SKIP' | sed 's/^/    /'
+            fi
+            note_result "$p$l$name (${secs}s)" "$rc"
+        done
+    }
+    run_tests "" tests/cluster/test_*.sh
 
     # Issue 7: the Debian package builds, installs and stages a file on the
     # cluster through the packaged plugin (then it is purged again).
@@ -272,19 +281,40 @@ cluster_suite() { # stack
     fi
 
     # Issue 5: the benchmark's smoke variant (32 MiB, N=2: the plugin and the
-    # chain, with the image on the sshfs storage host and shaped links, in its
-    # own minicluster instance "bench"): both succeed, every copy matches the
-    # source, and the storage host serves the image exactly once per staging.
-    if [ "$s" = bookworm ] && { [ -z "$only" ] || [[ bench == *$only* ]]; }; then
+    # chain, with the image on the sshfs storage host and shaped links, in the
+    # stack's own minicluster instance, bench or benchx): both succeed, every
+    # copy matches the source, and the storage host serves the image exactly
+    # once per staging.
+    if [ -z "$only" ] || [[ bench == *$only* ]]; then
         echo "== ${p}benchmark smoke"
-        if timeout -k 10 600 env -u MINICLUSTER_NAME -u MINICLUSTER_NET -u MINICLUSTER_SHARED \
-            bench/run.sh --smoke >"$verdicts/bench-smoke.out" 2>&1; then
-            grep '^smoke: ' "$verdicts/bench-smoke.out" | sed 's/^/    /'
+        if timeout -k 10 900 env -u MINICLUSTER_NAME -u MINICLUSTER_NET -u MINICLUSTER_SHARED \
+            -u STAGEHAND_PREFIX bench/run.sh --smoke --stack "$s" >"$verdicts/bench-smoke-$s.out" 2>&1; then
+            grep '^smoke: ' "$verdicts/bench-smoke-$s.out" | sed 's/^/    /'
             note_result "${p}bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 0
         else
-            tail -20 "$verdicts/bench-smoke.out" | sed 's/^/    /'
+            tail -20 "$verdicts/bench-smoke-$s.out" | sed 's/^/    /'
             note_result "${p}bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 1
         fi
+    fi
+
+    # Issue 31: other PrologFlags on the newer stack, where RunInJob exists.
+    # The cluster is rebuilt with each; Contain tracks jobs with
+    # proctrack/cgroup (cgroup v1 freezer) where the host has it.
+    if [ "$s" != bookworm ]; then
+        local pt=linuxproc pf tests
+        [ -d /sys/fs/cgroup/freezer ] && pt=cgroup
+        for pf in "Alloc,Contain,RunInJob" "Alloc,Contain"; do
+            tests=(tests/cluster/test_stage_prologflags.sh)
+            [[ "$pf" == *RunInJob* ]] && tests+=(tests/cluster/test_stage_step.sh)
+            if [ -n "$only" ] && ! printf '%s\n' "${tests[@]}" | grep -q -- "$only"; then continue; fi
+            echo "== ${p}test cluster with PrologFlags=$pf, proctrack/$pt"
+            if ! "$MC" up --nodes 3 --stack "$s" --prolog-flags "$pf" --proctrack "$pt"; then
+                note_result "${p}minicluster up --prolog-flags $pf --proctrack $pt" 1
+                continue
+            fi
+            eval "$("$MC" env)"
+            run_tests "$pf/$pt: " "${tests[@]}"
+        done
     fi
 
     if [ "$keep" = 0 ]; then
