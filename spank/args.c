@@ -1,4 +1,6 @@
-/* stagehand.so: plugstack arguments, option registration and callbacks. */
+/* stagehand.so: plugstack arguments, option registration and callbacks, in
+ * every process that loads the plugin: sbatch, salloc and srun (as the
+ * submitting user), slurmd and slurmstepd (as root). */
 #include "config.h"
 
 #include <stdlib.h>
