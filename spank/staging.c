@@ -300,7 +300,6 @@ static void fill_images(struct sh_status *st, const char *spec)
     sh_spec_set_free(set);
 }
 
-
 /* The outcome of this process's staging: ~0.6 MiB, not on the stack. */
 static struct sh_agent_result agent_res;
 /* This process's staging (one at a time: a prolog, a staging process or a
