@@ -15,7 +15,7 @@
  * prolog stages itself and returns an error to slurmd for a node fault: a
  * required plugin's prolog error drains the node and requeues+holds the job
  * (measured), which is never right for a user's
- * mistake (DESIGN.md §3). */
+ * mistake (doc/design.md §5). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -41,7 +41,7 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     }
     job.user = sh_job_env("SLURM_JOB_USER", NULL);
     /* 22.05 names it SLURM_NODELIST in the prolog; SLURM_JOB_NODELIST from
-     * 23.11 (measured-facts.md, F26). */
+     * 23.11 (doc/design.md §8, F26). */
     job.nodelist = sh_job_env("SLURM_JOB_NODELIST", "SLURM_NODELIST");
     job.nodename = sh_job_env("SLURMD_NODENAME", NULL);
     job.cluster = sh_job_env("SLURM_CLUSTER_NAME", NULL);

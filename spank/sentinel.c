@@ -120,7 +120,7 @@ static int sentinel_wait_ms(const struct sh_config *cfg)
  * does it start the agent on that port, detached: it votes, relays in the
  * control tree and, on node 0, reads SRC. When every node is current no
  * agent starts anywhere: the no-op at N=8 on the emulated cluster spent most
- * of its time in 8 agents starting at once (bench/results/history.md). The
+ * of its time in 8 agents starting at once (doc/performance.md). The
  * sentinel ends after join_timeout (no other node can still join) or in the
  * epilog. Without a free port it starts the agent at once, which then binds
  * its own. This node's outcome stays a success if neither starts: the other

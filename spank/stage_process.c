@@ -134,7 +134,7 @@ static void __attribute__((noreturn)) stage_process_main(struct sh_staging *s, i
  * for it (sh_wait_job_staging), so no step starts before this node's staging
  * is done, as with a staging in the prolog itself. The prolog's end is what
  * slurmd waits for, and on a loaded node slurmd polls for it (Slurm 22.05:
- * 10, 30, 70, 150 ms after the start, bench/results/history.md): a prolog
+ * 10, 30, 70, 150 ms after the start, doc/performance.md): a prolog
  * that waited for the local check missed the 70 ms poll. Returns the child's
  * pid in the prolog, -1 (errno from fork(2)) when the prolog must stage
  * itself; the child never returns (stage_process_main). */

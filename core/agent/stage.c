@@ -1,5 +1,5 @@
 /* stagehand-agent --prolog: one staging of a job's images on this node
- * (DESIGN.md §2 steps 2-7).
+ * (doc/design.md §2 steps 2-7).
  *
  * Root part: read the inputs from the plugin's pipe, create the per-job
  * runtime directory and the per-user default destination directory, read the
@@ -993,7 +993,7 @@ again:
             NULL,
         };
         /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
-         * under a foreign PMIx server (measured-facts.md); the site's
+         * under a foreign PMIx server (doc/design.md §8); the site's
          * mpi_env settings come next; ob1 over TCP is the default where the
          * site chose no transport. */
         static const char *const dflt[][2] = {
@@ -1417,7 +1417,7 @@ static void dst_digest(const struct agent *a, const char *dst, int64_t since, ch
     close(dirfd);
 }
 
-/* DESIGN.md §2 step 4: MPI traffic is not authenticated, so the reader's
+/* doc/design.md §2 step 4: MPI traffic is not authenticated, so the reader's
  * digest also travels over the authenticated control plane. After an engine
  * phase every node takes part: the leader (the reader) sends the digest it
  * computed while reading; a node whose new copy records another digest
@@ -1633,7 +1633,7 @@ static void stage_image_run(struct agent *a, size_t img)
                 len = (int)sizeof(buf) - 1;
         } else if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0) {
             /* No other node of a job's prolog ever came: most likely the
-             * prolog runs on the batch node only (DESIGN.md §2 step 8). */
+             * prolog runs on the batch node only (doc/design.md §2 step 8). */
             len = snprintf(buf, sizeof(buf), "fail %s%s", missing,
                            a->in.stepid == STEP_JOB && a->nnodes > 1 &&
                                    votes.nmissing == a->nnodes - 1
@@ -1753,7 +1753,7 @@ static void stage_image_run(struct agent *a, size_t img)
             len = snprintf(buf, sizeof(buf), "fail %s: %.400s", a->in.nodename, err);
         leader_cause = a->index == 0 && reason[0] != '\0';
         /* The source changed, vanished or became unreadable after submit:
-         * the user's error, not the node's (DESIGN.md §3), even though the
+         * the user's error, not the node's (doc/design.md §5), even though the
          * engine found it. */
         source_fault = leader_cause &&
                        json_num(json, "exit_code", -1) == ENGINE_EXIT_SOURCE;

@@ -22,7 +22,7 @@ wait_job_end() {
     return 1
 }
 
-# Fail when any node is drained, draining, down or failing (DESIGN.md §3:
+# Fail when any node is drained, draining, down or failing (doc/design.md §5:
 # user errors never drain; node faults only under on_node_fault=drain).
 # Waits up to 20 s for a node that is still completing a job of ours.
 assert_no_drain() {
@@ -116,6 +116,24 @@ engine_pids() {
 # so far, from /proc/PID/io; 0 when gone.
 proc_io() {
     on_node "$1" awk -v k="$3" '$1 == k":" {print $2}' "/proc/$2/io" 2>/dev/null || echo 0
+}
+
+# kill_at_io NODE PID FIELD BYTES: inside node NODE, SIGKILL process PID
+# once its /proc/PID/io FIELD (rchar or wchar) reaches BYTES; prints the
+# count it had when killed. One loop in the node, polling every 5 ms: a
+# poll from the host costs a namespace entry each time, and under load the
+# transfer could finish between two polls. Fails when PID is gone before.
+kill_at_io() {
+    on_node "$1" sh -c '
+        pid=$1 field=$2 want=$3 n=0 io=0
+        while [ "$n" -lt 4000 ]; do
+            io=$(awk -v k="$field" '"'"'$1 == k":" {print $2}'"'"' "/proc/$pid/io" 2>/dev/null) || exit 1
+            [ -n "$io" ] || exit 1
+            if [ "$io" -ge "$want" ]; then kill -9 "$pid" && echo "$io" && exit 0; exit 1; fi
+            sleep 0.005
+            n=$((n + 1))
+        done
+        kill -9 "$pid" && echo "$io"' sh "$2" "$3" "$4"
 }
 
 # Size of @2 in node @1 ("" when missing).
