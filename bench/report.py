@@ -62,7 +62,7 @@ NOOP_ANALYSIS = (
     "nodes do not outnumber the cores.\n")
 NOOP_ANALYSIS_LOCAL = (
     "Where it goes. Every node's prolog checks its own copy as the job user (stat of SRC, "
-    "DST's recorded metadata, DST's filesystem, the job's claim; spank/local.c) and, when "
+    "DST's recorded metadata, DST's filesystem, the job's claim; spank/localcheck.c) and, when "
     "it is current, ends without waiting for the other nodes, leaving a sentinel that "
     "starts its agent only if another node needs a copy (none does here: no agent "
     "starts). The job script starts when n1's prolog has "
@@ -86,11 +86,12 @@ NOOP_ANALYSIS_LOCAL = (
     "(tests/cluster/test_fault_skew_current.sh).\n")
 NOOP_ANALYSIS_STAGING_PROCESS = (
     "Where it goes. Every node's job prolog takes the job's staging lock, forks the node's "
-    "staging process and ends (spank/prolog.c, since 4887bdf). That process waits until the "
-    "prolog's slurmstepd has exited, checks its copy as the job user (stat of SRC, DST's "
-    "recorded metadata, DST's filesystem, the job's claim; spank/local.c), writes the "
-    "node's status, releases the lock and stays as the sentinel that starts its agent only "
-    "if another node needs a copy (none does here: no agent starts). The batch script's "
+    "staging process and ends (spank/prolog.c, spank/stage_process.c, since 4887bdf). "
+    "That process waits until the prolog's slurmstepd has exited, checks its copy as the "
+    "job user (stat of SRC, DST's recorded metadata, DST's filesystem, the job's claim; "
+    "spank/localcheck.c), writes the node's status, releases the lock and stays as the "
+    "sentinel that starts its agent only if another node needs a copy (none does here: no "
+    "agent starts). The batch script's "
     "task waits for the lock before its program starts. n1's own check took a median of "
     "{checks} (from n1's summary line), done while slurmd notices the prolog's end and "
     "starts the batch step. Before 4887bdf the prolog ran the check itself: at N=8 its "

@@ -1,4 +1,6 @@
-/* stagehand.so: plugstack arguments, option registration and callbacks. */
+/* stagehand.so: plugstack arguments, option registration and callbacks, in
+ * every process that loads the plugin: sbatch, salloc and srun (as the
+ * submitting user), slurmd and slurmstepd (as root). */
 #include "config.h"
 
 #include <stdlib.h>
@@ -159,7 +161,7 @@ static int opt_cb(int val, const char *optarg, int remote)
         return 0;
     if (optarg == NULL) {
         /* slurmstepd must not fail a step over what the submit side
-         * already accepted: remote.c decides there. */
+         * already accepted: task.c decides there. */
         if (!submit)
             return 0;
         slurm_error("stagehand: --stage-image: a value is required "

@@ -1,20 +1,43 @@
-/* State shared by the context modules of stagehand.so.
+/* State shared by the files of stagehand.so, one file per process or SPANK
+ * context (what runs it, as whom):
  *
- *   stagehand.c  slurm_spank_* entry points only; dispatch on spank_context()
- *   args.c       plugstack arguments (loaded once per process), option
- *                registration and the option callbacks (every context)
- *   submit.c     sbatch/salloc (allocator) and srun (local): submit checks,
- *                hand the spec to the prolog
- *   prolog.c     slurmd prolog/epilog (job-script context): hand the
- *                node's staging to a process of its own (or stage in the
- *                prolog under on_node_fault=drain), start the agent,
- *                record the outcome in the status file
- *   local.c      the local check: a node whose copy is current needs no
- *                agent and does not wait for the others
- *   remote.c     slurmstepd (remote context): each task waits for the
- *                node's staging, then fails or gets the staged paths
+ *   stagehand.c      slurm_spank_* entry points only; dispatch on
+ *                    spank_context() (every process that loads the plugin)
+ *   args.c           plugstack arguments (loaded once per process), option
+ *                    registration and the option callbacks (every context)
+ *   slurmconf.c      Slurm's own slurm.conf as this process read it (every
+ *                    context)
+ *   submit.c         sbatch/salloc (allocator) and srun (local), as the
+ *                    submitting user: submit checks, hand the spec to the
+ *                    prolog
+ *   slurmd.c         slurmd at its start (slurmd context), root: versions,
+ *                    root's directories, the administrator's warnings
+ *   prolog.c         slurmd's job prolog (job-script context), root: read
+ *                    the job, start its staging
+ *   stage_process.c  the staging process the prolog forks, "stagehand-stage",
+ *                    root: stage, write the status, unlock; end or stay as
+ *                    the sentinel
+ *   staging.c        the staging's steps (root): lock, local check or agent,
+ *                    status file; in the staging process, the prolog under
+ *                    on_node_fault=drain, or a step's slurmstepd
+ *   localcheck.c     the local check: a node whose copy is current needs no
+ *                    agent and does not wait for the others (a child forked
+ *                    as the job user)
+ *   sentinel.c       the sentinel of a current node, "sh-sentinel", root:
+ *                    starts the agent only when another node needs it
+ *   joblock.c        the job's staging lock and its wait, the record of the
+ *                    staging's process (root: prolog, staging, tasks, epilog)
+ *   step.c           slurmstepd before a step's tasks (remote context,
+ *                    init_post_opt), root: stagings at step start
+ *   task.c           slurmstepd's tasks (remote context): each task waits for
+ *                    the node's staging (root), then fails or gets the
+ *                    staged paths (the job user)
+ *   epilog.c         slurmd's job epilog (job-script context), or the extern
+ *                    step's exit under PrologFlags=RunInJob, root: stop what
+ *                    staging left running, remove the job's runtime entries
  *
- * Nothing here is exported from the .so (stagehand.map). */
+ * Private headers: internal.h (this), staging.h, joblock.h. Nothing here is
+ * exported from the .so (stagehand.map). */
 #ifndef STAGEHAND_SPANK_INTERNAL_H
 #define STAGEHAND_SPANK_INTERNAL_H
 
@@ -108,53 +131,19 @@ int sh_submit_post_opt(spank_t sp);
  * own load notes which plugins have a job prolog (Slurm 24.11 spank.c,
  * spank_has_prolog(); prep/script runs the SPANK prolog only when it is
  * true), so the job's staging never starts and nothing cleans up after the
- * job (prolog.c, stagehand(8) VERSIONS). Read from the slurm.conf this
+ * job (epilog.c, stagehand(8) VERSIONS). Read from the slurm.conf this
  * process loaded (slurmd, slurmstepd, sbatch, salloc, srun): Slurm's own
  * slurm_conf, the same value slurmstepd decides by, no RPC. False before
  * Slurm 24.05 (no such flag) and where that variable is absent. */
 bool sh_slurm_prolog_in_job(void);
 
-/* One staging to run on this node: the job prolog's (stepid < 0) or a job
- * step's (prolog.c). The strings belong to the caller. */
-struct sh_stage_job {
-    uint32_t jobid;
-    long stepid;
-    uid_t uid;
-    gid_t gid;
-    const char *user;
-    const char *nodelist;
-    const char *nodename;
-    const char *cluster;
-    const char *spec;
-    const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
-    uint32_t nnodes;             /* Slurm's node count of the job or step; 0: unknown */
-    uint32_t nodeid;             /* this node's index in the step (have_nodeid) */
-    bool have_nodeid;
-    unsigned umask_bits;         /* the submitting command's umask (issue 30);
-                                  * SH_UMASK_DEFAULT when it did not say */
-    /* The job's staging (stepid < 0) run at a step's start because no job
-     * prolog ran on this node (sh_step_stage_run): the step waits for the
-     * agents' collective outcome; never detached, never drains. */
-    bool missed_prolog;
-};
-
-/* Job prolog (local.c): is every image of @job current on this node, for
- * SRC as the job user sees it now, on a filesystem of this node only, with
- * the job's claim recorded and no other job's conflicting claim (stagehand/
- * local.h)? Checked by a child forked as the job user, bounded (5 s).
- * True: one summary line per image added to @st. False for a job step's
- * staging, check=content|never, or any doubt (logged at debug level): the
- * agents then decide together. */
-bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
-                      struct sh_status *st);
-
-/* Job-script context: job prolog / epilog (prolog.c). The prolog returns -1
- * only for a node fault under on_node_fault=drain. */
+/* Job-script context: job prolog (prolog.c) / epilog (epilog.c). The prolog
+ * returns -1 only for a node fault under on_node_fault=drain. */
 int sh_prolog_run(spank_t sp, int ac, char **av);
 int sh_epilog_run(spank_t sp, int ac, char **av);
 
-/* Remote context, slurm_spank_exit (root): in the extern step of a job on a
- * node whose Slurm runs the prolog in the job (sh_slurm_prolog_in_job), do
+/* Remote context, slurm_spank_exit (root; epilog.c): in the extern step of a
+ * job on a node whose Slurm runs the prolog in the job (sh_slurm_prolog_in_job), do
  * the job epilog's clean-up, which Slurm does not call there: stop what a
  * staging left running and remove the job's entries of /run/stagehand (a
  * step staging's runtime tmpfs and status). Slurm ends the extern step once
@@ -162,25 +151,15 @@ int sh_epilog_run(spank_t sp, int ac, char **av);
  * before the node's epilog scripts. Returns 0. */
 int sh_extern_exit_run(spank_t sp, int ac, char **av);
 
-/* slurmd context, slurm_spank_init (root, when slurmd starts): make the
- * fixed part of default_dest (sh_config_default_fixed; e.g. /nvme/stage),
- * root-owned 0755, before any user can make it; log an error for the
- * administrator, naming the path and owner, when a user's object is there
- * already (it is left alone). Never fails slurmd (prolog.c). */
-void sh_slurmd_prepare(const struct sh_config *cfg);
+/* slurmd context, slurm_spank_init (root, when slurmd starts): log the
+ * versions and a bad plugstack.conf, make the fixed part of default_dest
+ * (sh_config_default_fixed; e.g. /nvme/stage), root-owned 0755, before any
+ * user can make it, and log an error for the administrator, naming the path
+ * and owner, when a user's object is there already (it is left alone).
+ * Never fails slurmd: returns 0 (slurmd.c). */
+int sh_slurmd_init(spank_t sp, int ac, char **av);
 
-/* Wait until no staging of job @jobid holds the job's lock on this node,
- * /run/stagehand/<jobid>.lock (flock(2) @op: LOCK_SH in a task, LOCK_EX in
- * the epilog): the job prolog's staging process holds it until it has
- * written the job's status (prolog.c). No timeout: the holder is bounded by
- * its staging deadline. @stop (may be NULL): signals that end the wait and
- * the calling process (it dies of the signal, default action; a task of a
- * cancelled job: slurmstepd sends SIGTERM before SIGKILL, and a task has
- * them blocked until its program starts). Returns true when the lock file
- * exists, false when it does not or cannot be opened (errno from open(2)). */
-bool sh_wait_job_staging(uint32_t jobid, int op, const sigset_t *stop);
-
-/* Remote context (remote.c): task_init_privileged (each task, as root,
+/* Remote context (task.c): task_init_privileged (each task, as root,
  * before its program) waits for the job's staging, reads the status file
  * and exports the staged paths; task_init fails each task of a failed
  * staging with the message on the task's stderr. */
@@ -191,7 +170,7 @@ int sh_remote_task_privileged(spank_t sp);
  * for staging and has no staging status on this node because no job prolog
  * ran here before this step (Slurm before 23.02.2 starts a step that reaches
  * slurmd before the allocation's prolog request without any prolog, bug
- * 16093), run the job's staging now (prolog.c). Returns 0: the outcome is in
+ * 16093), run the job's staging now (step.c). Returns 0: the outcome is in
  * the status file that each task reads (sh_remote_task_privileged). */
 int sh_step_stage_run(spank_t sp, int ac, char **av);
 int sh_remote_task_init(spank_t sp);

@@ -1,12 +1,16 @@
-/* stagehand SPANK plugin: the slurm_spank_* entry points only. Each one
- * dispatches on spank_context() to the module of that process:
- *   sbatch/salloc (allocator), srun (local)  -> submit.c
- *   every context that parses options        -> args.c
+/* stagehand SPANK plugin: the slurm_spank_* entry points only, called by
+ * whichever Slurm process loaded the plugin. Each one dispatches on
+ * spank_context() to the file of that process (and its user):
+ *   sbatch/salloc (allocator), srun (local)   submit.c (the submitting user)
+ *   every context that parses options         args.c
+ *   slurmd, at its start (slurmd)             slurmd.c (root)
+ *   slurmd's job prolog (job script)          prolog.c (root)
+ *   slurmd's job epilog (job script); the
+ *   extern step's exit under RunInJob         epilog.c (root)
+ *   slurmstepd, before a step's tasks         step.c (root)
+ *   each task, before its program (remote)    task.c (root, then the job user)
  * See internal.h for the module map. */
 #include "config.h"
-
-#include <stdio.h>
-#include <string.h>
 
 #include <slurm/slurm_errno.h>
 #include <slurm/spank.h>
@@ -24,26 +28,6 @@ SPANK_PLUGIN(stagehand, 1)
 int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
 #endif
 
-/* case F26: say which Slurm we were built for and which one loaded us. */
-static void log_versions(spank_t sp)
-{
-    char *running = NULL;
-    char built[32];
-
-    snprintf(built, sizeof(built), "%u.%02u.%u",
-             (unsigned)(SH_SLURM_VERSION_NUMBER >> 16) & 0xffu,
-             (unsigned)(SH_SLURM_VERSION_NUMBER >> 8) & 0xffu,
-             (unsigned)SH_SLURM_VERSION_NUMBER & 0xffu);
-    if (spank_get_item(sp, S_SLURM_VERSION, &running) != ESPANK_SUCCESS)
-        running = NULL;
-    slurm_info("stagehand %s: spec format v%d, built against Slurm %s, "
-               "running in Slurm %s", SH_VERSION, SH_SPEC_FORMAT_VERSION,
-               built, running != NULL ? running : "(unknown)");
-    if (running != NULL && strncmp(running, built, 5) != 0)
-        slurm_error("stagehand: built against Slurm %s but loaded by Slurm "
-                    "%s: rebuild stagehand for this Slurm", built, running);
-}
-
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     switch (spank_context()) {
@@ -51,24 +35,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     case S_CTX_LOCAL:
     case S_CTX_REMOTE:
         return sh_args_register(sp, ac, av);
-    case S_CTX_SLURMD: {
-        const struct sh_config *cfg;
-
-        log_versions(sp);
-        /* Log a bad plugstack.conf where admins look; never fail slurmd. */
-        cfg = sh_plugin_load_config(ac, av);
-        /* Root's directories before any user's job can race for them. */
-        if (cfg != NULL)
-            sh_slurmd_prepare(cfg);
-        sh_plugin_check_ports(cfg);
-        if (sh_slurm_prolog_in_job())
-            slurm_error("stagehand: slurm.conf sets PrologFlags=RunInJob, under which "
-                        "Slurm calls no SPANK job prolog or epilog: sbatch and salloc "
-                        "--stage-image are refused, srun --stage-image stages at step "
-                        "start; drop RunInJob to stage jobs in the prolog "
-                        "(stagehand(8), VERSIONS)");
-        return 0;
-    }
+    case S_CTX_SLURMD:
+        return sh_slurmd_init(sp, ac, av);
     default:
         return 0;
     }

@@ -236,7 +236,7 @@ static int check_source(const char *value, const char *src)
 
 /* The staged paths in this command's own environment: salloc's shell (and
  * sbatch's exported environment) sees STAGEHAND_IMAGE like the job's tasks
- * do (remote.c sets them there from the status file). */
+ * do (task.c sets them there from the status file). */
 static void export_planned(const struct sh_spec_set *set)
 {
     size_t n = sh_spec_set_count(set), total = 1, used = 0;

@@ -323,7 +323,7 @@ static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, bool quick, int *
 
 /* Wake child @c if a sentinel holds its port: on a node whose copies are
  * current the plugin leaves no agent but a sentinel that listens on the
- * node's port and starts the agent when a connection arrives (spank/prolog.c).
+ * node's port and starts the agent when a connection arrives (spank/sentinel.c).
  * That agent joins only once a peer has proved K_job on its listener
  * (sh_ctl_cfg.wait_wake), so waking takes two passes over the children: with
  * @knock a connection to each port that is closed at once (the sentinels of

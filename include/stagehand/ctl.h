@@ -123,7 +123,7 @@ int64_t sh_ctl_retry_delay(int64_t waited_ns);
  * retry, and accept the children, until all are there or the
  * (depth-staggered) deadline. Children not yet connected are woken, at the
  * same growing intervals as the parent is retried: a connection to each port
- * of their sequence (a sentinel there starts their agent: spank/prolog.c),
+ * of their sequence (a sentinel there starts their agent: spank/sentinel.c),
  * then a handshake as their parent (the agent a sentinel started joins only
  * after such a proof of K_job, cfg.wait_wake), so a node whose copies are
  * current joins only when another node's agent of the job needs it. Children

@@ -1,7 +1,7 @@
 /* Control-plane ports (stagehand/ctl.h): a job step's agents listen on a port
  * derived from its job and step id within the site's range, probing upward
  * past ports that are taken. Shared by the agent (ctl.c) and the plugin's
- * sentinel (spank/prolog.c), which binds the port for its agent; needs no
+ * sentinel (spank/sentinel.c), which binds the port for its agent; needs no
  * libcrypto.
  *
  * Why no user can deny a job its control plane (issue 30 item 2): the range

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prolog's local check (spank/local.c) runs as the job user, not as
+# The prolog's local check (spank/localcheck.c) runs as the job user, not as
 # root, although root's slurmstepd starts it (a child that drops to the
 # user's ids and groups). Every node holds a current copy; then the directory holding
 # SRC is closed to the user (root still reads it; SRC's own metadata, and so

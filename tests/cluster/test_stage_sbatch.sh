@@ -34,7 +34,7 @@ grep -q "$dst: $k copied, 0 current of $k nodes" "$out" || fail "first run summa
 assert_staged_everywhere "$img" "$dst"
 
 # Re-submit: every node finds its own copy current and ends its prolog
-# without waiting for the others (spank/local.c); no copy is rewritten.
+# without waiting for the others (spank/localcheck.c); no copy is rewritten.
 ids() { for n in $MINICLUSTER_NODES; do on_node "$n" stat -c %i.%Y "$dst"; done; }
 before=$(ids)
 declare -A off

@@ -296,7 +296,7 @@ struct tree {
     int64_t late_ms;
     uint32_t sentinels;      /* bitmask of nodes that start as a sentinel: they bind
                                 their port (sh_ctl_bind) and join only when a
-                                connection wakes them (spank/prolog.c) */
+                                connection wakes them (spank/sentinel.c) */
 };
 
 static const char *const names[MAXN] = {

@@ -1,5 +1,7 @@
-/* stagehand.so, job-script context: the local check of the job's staging
- * on this node (in the job prolog's staging process, prolog.c).
+/* stagehand.so: the local check of the job's staging on this node, in the
+ * job prolog's staging process (stage_process.c, root), or in the prolog
+ * itself under on_node_fault=drain (prolog.c, root); the check itself runs
+ * in a child forked as the job user.
  *
  * A node whose copy of every image is current has nothing to wait for: the
  * agents' collective decision (doc/design.md §2 steps 3-5) only matters to the
@@ -11,7 +13,7 @@
  * filesystem, and records the job's claim on DST and looks for conflicting
  * claims. When every image passes, the node's status records success; a
  * sentinel stays for the other nodes' sake and starts the agent only if
- * one of them needs this node (prolog.c). */
+ * one of them needs this node (sentinel.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -30,6 +32,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "staging.h"
 #include "stagehand/clock.h"
 #include "stagehand/local.h"
 #include "stagehand/status.h"
@@ -63,7 +66,7 @@ static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
                                                   int ngroups, int fd)
 {
     /* No descriptor but @fd and stdio: a check stuck on a hung filesystem
-     * must not keep the job's staging lock (prolog.c) held. */
+     * must not keep the job's staging lock (joblock.c) held. */
     if (fd > STDERR_FILENO + 1)
         close_range(STDERR_FILENO + 1, (unsigned)fd - 1, 0);
     close_range((unsigned)fd + 1, ~0U, 0);

@@ -1,9 +1,10 @@
-/* stagehand.so, remote context (slurmstepd): in each task before it runs,
- * wait for this node's staging of the job (the job prolog's staging process
- * holds the job's lock until it has written the outcome, prolog.c), read
- * the outcome and either export the staged paths to the task or fail it with
- * the message on its stderr (for a batch job that is the job's output
- * file). A job that asked for staging but has no status on this node never
+/* stagehand.so, remote context (slurmstepd), the task side: in each task
+ * before its program runs, as root (task_init_privileged), wait for this
+ * node's staging of the job (the job prolog's staging process holds the
+ * job's lock until it has written the outcome, stage_process.c), read
+ * the outcome and either export the staged paths to the task or, as the
+ * job user (task_init), fail it with the message on its stderr (for a batch
+ * job that is the job's output file). A job that asked for staging but has no status on this node never
  * runs without its image. The wait is in the task, not in slurmstepd: a
  * task is in the step's process container, so a cancel of the job kills it
  * while it waits, and its program never starts. */
@@ -19,6 +20,7 @@
 #include <slurm/spank.h>
 
 #include "internal.h"
+#include "joblock.h"
 #include "stagehand/status.h"
 
 #define SUMMARY_SHOWN_ENV "STAGEHAND_SUMMARY_SHOWN"

@@ -1,0 +1,154 @@
+/* A node's staging of a job or job step, between the modules that run it:
+ *   staging.c        the staging's steps, from the job's lock to its status
+ *                    file: a local check, else the agent (root; in the job
+ *                    prolog's staging process, in the prolog itself under
+ *                    on_node_fault=drain, or in a step's slurmstepd)
+ *   stage_process.c  the staging process the job prolog forks
+ *                    ("stagehand-stage", root)
+ *   sentinel.c       the sentinel a current node leaves ("sh-sentinel", root)
+ *   localcheck.c     the local check, in a child forked as the job user
+ *   prolog.c, step.c fill in struct sh_stage_job and start a staging
+ * Nothing here is exported from the .so (stagehand.map). */
+#ifndef STAGEHAND_SPANK_STAGING_H
+#define STAGEHAND_SPANK_STAGING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "stagehand/config.h"
+#include "stagehand/status.h"
+
+/* The process name of a node's staging process until it becomes the
+ * sentinel (prctl(2)), for ps and the admin. */
+#define SH_STAGING_NAME "stagehand-stage"
+/* A sentinel's process name (prctl(2) PR_SET_NAME), for ps and the epilog. */
+#define SH_SENTINEL_NAME "sh-sentinel"
+
+/* One staging to run on this node: the job prolog's (stepid < 0) or a job
+ * step's (prolog.c, step.c). The strings belong to the caller. */
+struct sh_stage_job {
+    uint32_t jobid;
+    long stepid;
+    uid_t uid;
+    gid_t gid;
+    const char *user;
+    const char *nodelist;
+    const char *nodename;
+    const char *cluster;
+    const char *spec;
+    const char *submit_version;  /* stagehand version of sbatch/salloc/srun */
+    uint32_t nnodes;             /* Slurm's node count of the job or step; 0: unknown */
+    uint32_t nodeid;             /* this node's index in the step (have_nodeid) */
+    bool have_nodeid;
+    unsigned umask_bits;         /* the submitting command's umask (issue 30);
+                                  * SH_UMASK_DEFAULT when it did not say */
+    /* The job's staging (stepid < 0) run at a step's start because no job
+     * prolog ran on this node (sh_step_stage_run): the step waits for the
+     * agents' collective outcome; never detached, never drains. */
+    bool missed_prolog;
+};
+
+/* ---- staging.c ------------------------------------------------------ */
+
+/* Run the staging of @job on this node and record its outcome in the status
+ * file. The job prolog hands it to a staging process of its own
+ * (stage_process.c) and returns; a step's staging, and the prolog's under
+ * on_node_fault=drain, run here. Returns -1 only for a node fault under
+ * on_node_fault=drain (job prolog only), else 0. */
+int sh_stage_run(const struct sh_stage_job *job, int ac, char **av);
+
+/* One staging in progress (sh_stage_run): what the staging process
+ * (stage_process.c) carries on with after the prolog's fork. */
+struct sh_agent_result;
+struct sh_staging {
+    const struct sh_stage_job *job;
+    const struct sh_config *cfg;   /* NULL until loaded, or misconfigured */
+    struct sh_agent_result *res;   /* the outcome so far (staging.c) */
+    char status_path[512];
+    int lock_fd;                   /* the job's lock (joblock.h), or -1 */
+    int64_t t_entry;               /* sh_now_ns() when the plugin was called */
+    bool prolog;                   /* the job prolog's staging */
+    bool deferred;                 /* run by the prolog's staging process */
+    bool local_current;            /* this node's copies were current */
+};
+
+/* The staging's decision and work: the local check (job prolog only), else
+ * the agent, its outcome in @s. */
+void sh_staging_decide(struct sh_staging *s, int ac, char **av);
+/* Write @s's outcome to the status file and log it. */
+void sh_staging_record(struct sh_staging *s);
+/* Let go of the job's lock (the epilog and the tasks wait for it). */
+void sh_staging_unlock(struct sh_staging *s);
+
+/* A value of the prolog's environment: @name, else @alt (may be NULL) when
+ * @name is unset or empty, else "". */
+const char *sh_job_env(const char *name, const char *alt);
+/* The job's umask from the submitting side's @text (octal; NULL: not
+ * sent), or SH_UMASK_DEFAULT: never looser than private (issue 30). */
+unsigned sh_job_umask(const char *text);
+
+/* Move @fd to a descriptor number >= 3 (close-on-exec), closing the old one:
+ * slurmd may run the prolog with fd 0-2 closed, so a pipe end can be 0, 1
+ * or 2 and would be clobbered by the dup2 onto stdin/stdout. Returns the new
+ * descriptor, or -1 with errno from fcntl(2) (@fd is closed either way). */
+int sh_above_stdio(int fd);
+
+/* The agent's command line and whole environment (F19: nothing of the
+ * job's), for posix_spawn(3) and a woken sentinel's execve(2). */
+extern char *const sh_agent_argv[];
+extern char *const sh_agent_envp[];
+
+/* Write the agent's inputs (stagehand/agentio.h) to @fd, which is closed;
+ * @detached: the prolog ends without the agent (local=current); @listener
+ * >= 0: the agent's descriptor of the control-plane listener a sentinel
+ * bound (listener=). Returns 0 or -1 (errno). */
+int sh_agent_write_inputs(int fd, const struct sh_stage_job *job, bool detached,
+                          int listener, int ac, char **av);
+
+/* ---- stage_process.c ------------------------------------------------ */
+
+/* The job prolog, holding the job's staging lock: fork the process that
+ * stages for this node, which carries on with @s and never returns. Returns
+ * the child's pid, or -1 (errno from fork(2)) when the prolog must stage
+ * itself. */
+pid_t sh_stage_process_start(struct sh_staging *s, int ac, char **av);
+/* In the staging process: the agent @pid it has started (the epilog's stop
+ * is passed on to it). */
+void sh_stage_process_set_agent(pid_t pid);
+/* Has the epilog stopped this staging process (always false elsewhere)? */
+bool sh_stage_process_stopped(void);
+/* A process that outlives the prolog lets go of the prolog's standard
+ * streams; @keep (< 0: none) is a descriptor among 0-2 to leave alone. */
+void sh_release_stdio(int keep);
+
+/* ---- sentinel.c ----------------------------------------------------- */
+
+/* The job prolog on a node whose copies are current (not deferred): fork
+ * this node's sentinel and record it for the epilog. Never fails the job. */
+void sh_sentinel_start(const struct sh_config *cfg, const struct sh_stage_job *job, int ac,
+                       char **av);
+/* The staging process on a node whose copies are current: become this
+ * node's sentinel. Never returns. */
+void sh_sentinel_become(const struct sh_config *cfg, const struct sh_stage_job *job, int ac,
+                        char **av) __attribute__((noreturn));
+
+/* ---- localcheck.c --------------------------------------------------- */
+
+/* Job prolog (localcheck.c): is every image of @job current on this node, for
+ * SRC as the job user sees it now, on a filesystem of this node only, with
+ * the job's claim recorded and no other job's conflicting claim (stagehand/
+ * local.h)? Checked by a child forked as the job user, bounded (5 s).
+ * True: one summary line per image added to @st. False for a job step's
+ * staging, check=content|never, or any doubt (logged at debug level): the
+ * agents then decide together. */
+bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
+                      struct sh_status *st);
+
+/* ---- step.c --------------------------------------------------------- */
+
+/* Does slurmctld still know job @jobid as running, not ending? True when it
+ * cannot say (the step's tasks then start as they would have). */
+bool sh_step_job_running(uint32_t jobid);
+
+#endif
