@@ -25,17 +25,34 @@ as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:
     --wrap true >/dev/null || fail "first staging: $(cat "$out")"
 
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose --stage-image="$src:$dst" \
-        --wrap 'echo started; sleep 4') || fail "sbatch"
+        --wrap 'echo started; sleep 8') || fail "sbatch"
 for _ in $(seq 1 100); do grep -q started "$out" 2>/dev/null && break; sleep 0.1; done
 grep -q started "$out" || fail "the job did not start: $(cat "$out")"
-for n in $MINICLUSTER_NODES; do
+# sentinel_state NODE: "" when NODE's recorded process is its sentinel as
+# described above, else why not. The batch script runs on n1 only, so the
+# other nodes' staging processes may still be between their local check and
+# becoming the sentinel when it starts: each node gets a few seconds.
+sentinel_state() {
+    local n=$1 rec snt
     rec=$(on_node "$n" cat "/run/stagehand/$id.agent" 2>/dev/null | cut -d' ' -f1)
-    [ -n "$rec" ] || fail "$n: no sentinel recorded in /run/stagehand/$id.agent"
+    [ -n "$rec" ] || { echo "no sentinel recorded in /run/stagehand/$id.agent"; return; }
     snt=$(named_pids "$n" sh-sentinel | tr '\n' ' ')
-    [[ " $snt " == *" $rec "* ]] || fail "$n: the recorded process $rec is not a sentinel (sentinels: '$snt'; comm: $(on_node "$n" cat "/proc/$rec/comm" 2>&1))"
-    [ "$(on_node "$n" stat -c %U "/proc/$rec")" = root ] || fail "$n: sentinel $rec is not root's"
+    [[ " $snt " == *" $rec "* ]] || {
+        echo "the recorded process $rec is not a sentinel (sentinels: '$snt'; comm: $(on_node "$n" cat "/proc/$rec/comm" 2>&1))"
+        return
+    }
+    [ "$(on_node "$n" stat -c %U "/proc/$rec")" = root ] || { echo "sentinel $rec is not root's"; return; }
     [ "$(on_node "$n" ps -o pgid= -p "$rec" | tr -d ' ')" = "$rec" ] ||
-        fail "$n: sentinel $rec does not lead its own process group"
+        echo "sentinel $rec does not lead its own process group"
+}
+for n in $MINICLUSTER_NODES; do
+    why=unknown
+    for _ in $(seq 1 25); do
+        why=$(sentinel_state "$n")
+        [ -z "$why" ] && break
+        sleep 0.2
+    done
+    [ -z "$why" ] || fail "$n: $why"
     agents=$(named_pids "$n" stagehand-agent | tr '\n' ' ')
     [ -z "$agents" ] || fail "$n: an agent runs although every node is current: $agents"
 done
