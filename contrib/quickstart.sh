@@ -37,7 +37,7 @@ done
 
 step() { printf '\n== %s\n' "$*"; }
 
-# shellcheck source=contrib/stack-env.sh
+# shellcheck source=stack-env.sh
 source "$top/contrib/stack-env.sh"
 stack_env "$stack" || exit 2
 
