@@ -56,13 +56,15 @@ mkdir -p "$shared/images"
 img=$shared/images/rootfs.sqsh
 # The image is a container root filesystem for pyxis/enroot: a minimal Debian
 # 12 root (mmdebstrap, variant minbase, from the mirror the host's apt uses),
-# /dev empty (an unprivileged enroot makes its own), Squashfs with zstd (the
+# /dev empty (an unprivileged enroot makes its own), no trace of this host
+# (mmdebstrap copies its resolv.conf and hostname in), Squashfs with zstd (the
 # nodes' kernel and squashfuse read it). Its recipe is recorded inside it, in
 # $stamp; an image of the same recipe is reused, any other is rebuilt.
 stamp=etc/stagehand-image
 recipe="stagehand quickstart image 1
 root: mmdebstrap --variant=minbase bookworm (the host's Debian mirror)
 /dev: empty
+/etc/resolv.conf, /etc/hostname: empty
 squashfs: -comp zstd -Xcompression-level 3"
 if [ -s "$img" ] && [ "$(unsquashfs -cat "$img" "$stamp" 2>/dev/null)" = "$recipe" ]; then
     echo "reusing $img from an earlier run (built by the same recipe; remove it to build a new one)"
@@ -76,6 +78,8 @@ else
         exit 1
     fi
     find "$work/rootfs/dev" -mindepth 1 -delete
+    : >"$work/rootfs/etc/resolv.conf"
+    : >"$work/rootfs/etc/hostname"
     printf '%s\n' "$recipe" >"$work/rootfs/$stamp"
     mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet -no-progress
     chmod 0644 "$work/rootfs.sqsh"
