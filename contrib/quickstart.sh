@@ -78,8 +78,8 @@ else
         exit 1
     fi
     find "$work/rootfs/dev" -mindepth 1 -delete
-    : >"$work/rootfs/etc/resolv.conf"
-    : >"$work/rootfs/etc/hostname"
+    rm -f "$work/rootfs/etc/resolv.conf" "$work/rootfs/etc/hostname" # (never written through a link)
+    touch "$work/rootfs/etc/resolv.conf" "$work/rootfs/etc/hostname"
     printf '%s\n' "$recipe" >"$work/rootfs/$stamp"
     mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet -no-progress
     chmod 0644 "$work/rootfs.sqsh"
