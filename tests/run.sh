@@ -200,18 +200,13 @@ else
     note_result "clang-tidy" 1
 fi
 
-# shellcheck (settings in .shellcheckrc; each disable in a script says why)
-# over every shell script of the project: *.sh and every file whose first
-# line names a shell, outside the build directories; two processes at a time.
+# Lint: shellcheck over every shell script of the project (settings in
+# .shellcheckrc; each disable in a script says why): *.sh and every file whose
+# first line names a shell, outside the build directories; two at a time.
 shell_scripts() {
-    local f
-    find . \( -name .git -o -path './build*' -o -name __pycache__ \) -prune -o -type f -print |
-        sort | while read -r f; do
-            case "$f" in
-                *.sh) echo "$f" ;;
-                *) head -n1 "$f" 2>/dev/null | grep -qE '^#! *(/usr)?/bin/(env +)?(ba|da)?sh( |$)' && echo "$f" ;;
-            esac
-        done
+    find . \( -name .git -o -path './build*' -o -name __pycache__ \) -prune -o -type f \
+        \( -name '*.sh' -print -o -exec awk 'FNR == 1 && /^#! *(\/usr)?\/bin\/(env +)?(ba|da)?sh( |$)/ {
+            print FILENAME } { nextfile }' {} + \) | sort
 }
 shell_scripts >build-asan/shellcheck.files
 echo "shellcheck: $(wc -l <build-asan/shellcheck.files) scripts (list: build-asan/shellcheck.files)"
