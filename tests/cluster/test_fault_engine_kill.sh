@@ -56,7 +56,7 @@ submit() { # SRC -> job id
 # has moved half of the file, then check the outcome. Prints nothing; appends
 # to errors.
 kill_at_half() {
-    local victim=$1 src=$2 field=$3 id pid="" io=0 t0 st
+    local victim=$1 src=$2 field=$3 id pid="" io t0 st
     id=$(submit "$src") || fail "sbatch refused: $id"
     for _ in $(seq 1 200); do
         pid=$(engine_pids "$victim" "$tok" | head -1)
@@ -64,12 +64,8 @@ kill_at_half() {
         sleep 0.05
     done
     [ -n "$pid" ] || fail "no engine appeared on $victim (job $id: $(cat "$out" 2>/dev/null))"
-    for _ in $(seq 1 400); do
-        io=$(proc_io "$victim" "$pid" "$field")
-        [ "${io:-0}" -ge $((size / 2)) ] && break
-        sleep 0.02
-    done
-    on_node "$victim" kill -9 "$pid" || fail "cannot kill engine $pid on $victim"
+    io=$(kill_at_io "$victim" "$pid" "$field" $((size / 2))) ||
+        fail "cannot kill engine $pid on $victim: it ended before half of the file (job $id)"
     echo "killed the engine on $victim (pid $pid) after $((io / 1048576)) MiB ($field)"
     t0=$SECONDS
     st=$(wait_job_end "$id" "$bound")
