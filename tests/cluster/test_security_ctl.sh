@@ -72,7 +72,7 @@ echo "leader $leader listens on $port (derived $port0); open ports in the range:
 
 res=$(on_node "$attacker" runuser -u nobody -- python3 "$tool" attack "$leader_ip" "$port" "$id" 2>&1) ||
     fail "attacker failed: $res"
-sed 's/^/  attack /' <<<"$res"
+printf '%s\n' "$res" | sed 's/^/  attack /'
 "$MINICLUSTER" thaw "$frozen" || fail "cannot thaw $frozen"
 
 st=$(wait_job_end "$id" 90)
