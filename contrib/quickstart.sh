@@ -1,31 +1,31 @@
 #!/usr/bin/env bash
 # stagehand quickstart: on a fresh Debian 12 machine (as root), install what is
 # needed, build, bring up the local 3-node Slurm test cluster, build a real
-# Squashfs image, and stage it to every node with
+# Squashfs image (a minimal Debian root filesystem), and stage it to every
+# node with
 #     sbatch -N3 --stage-image=/shared/images/rootfs.sqsh:/nvme/images/rootfs.sqsh
 # then show that every node holds a byte-identical, readable image, re-submit
 # to show the no-op path (each job's output starts with stagehand's summary
 # line and the time it took), and leave the cluster up.
 #
-#   contrib/quickstart.sh [--stack bookworm|trixie] [--debootstrap] [--nodes K]
+#   contrib/quickstart.sh [--stack bookworm|trixie] [--nodes K]
 #
 # --stack trixie runs the cluster on Debian 13's Slurm 24.11, Open MPI 5 and
 # PMIx 5 (a root file system built from Debian's mirror and cached), with its
 # own prefix /opt/stagehand-trixie, cluster instance "trixie" and shared
 # directory /shared-trixie; the default, bookworm, is the host's Debian 12.
-# --debootstrap builds the image from a minimal Debian root filesystem made
-# with debootstrap (needs the Debian mirror) instead of installed files.
+# The image is a minimal Debian 12 root filesystem that pyxis/enroot can run
+# (mmdebstrap from the host's Debian mirror, built once, then reused).
 set -euo pipefail
 
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 MC="$top/contrib/minicluster/minicluster"
 nodes=3
-debootstrap=0
 stack=bookworm
 while [ $# -gt 0 ]; do
     case "$1" in
-        --debootstrap) debootstrap=1 ;;
+        --debootstrap) ;; # accepted as before: the image is always a Debian root
         --nodes) nodes=${2:?--nodes needs a number}; shift ;;
         --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
         -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -37,7 +37,7 @@ done
 
 step() { printf '\n== %s\n' "$*"; }
 
-# shellcheck source=contrib/stack-env.sh
+# shellcheck source=stack-env.sh
 source "$top/contrib/stack-env.sh"
 stack_env "$stack" || exit 2
 
@@ -54,29 +54,38 @@ as_user() { (cd "$shared" && runuser -u "$user" -- env SLURM_CONF="$SLURM_CONF" 
 step "build a real Squashfs image in $shared/images"
 mkdir -p "$shared/images"
 img=$shared/images/rootfs.sqsh
-if [ ! -s "$img" ]; then
+# The image is a container root filesystem for pyxis/enroot: a minimal Debian
+# 12 root (mmdebstrap, variant minbase, from the mirror the host's apt uses),
+# /dev empty (an unprivileged enroot makes its own), no trace of this host
+# (mmdebstrap copies its resolv.conf and hostname in), Squashfs with zstd (the
+# nodes' kernel and squashfuse read it). Its recipe is recorded inside it, in
+# $stamp; an image of the same recipe is reused, any other is rebuilt.
+stamp=etc/stagehand-image
+recipe="stagehand quickstart image 1
+root: mmdebstrap --variant=minbase bookworm (the host's Debian mirror)
+/dev: empty
+/etc/resolv.conf, /etc/hostname: empty
+squashfs: -comp zstd -Xcompression-level 3"
+if [ -s "$img" ] && [ "$(unsquashfs -cat "$img" "$stamp" 2>/dev/null)" = "$recipe" ]; then
+    echo "reusing $img from an earlier run (built by the same recipe; remove it to build a new one)"
+else
     work=$(mktemp -d /var/tmp/stagehand-quickstart.XXXXXX)
-    if [ "$debootstrap" = 1 ]; then
-        dpkg -s debootstrap >/dev/null 2>&1 || apt-get install -y -qq debootstrap >/dev/null
-        debootstrap --variant=minbase bookworm "$work/rootfs" >"$work/debootstrap.log" 2>&1 ||
-            { tail -20 "$work/debootstrap.log"; exit 1; }
-        mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet \
-            -e "$work/rootfs/etc/shadow" -e "$work/rootfs/etc/gshadow"
-    else
-        # A root filesystem tree of installed programs and libraries (no /etc:
-        # it holds this machine's secrets, and the image is world-readable).
-        srcs=()
-        for d in /usr/bin /usr/sbin /usr/lib/python3 /usr/lib/python3.11 \
-            /usr/share/perl /usr/lib/x86_64-linux-gnu/openmpi /usr/share/zoneinfo; do
-            [ -d "$d" ] && srcs+=("$d")
-        done
-        mksquashfs "${srcs[@]}" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet -no-progress
+    mirror=$(contrib/minicluster/rootfs mirror)
+    start=$(date +%s)
+    if ! mmdebstrap --variant=minbase bookworm "$work/rootfs" "$mirror" >"$work/mmdebstrap.log" 2>&1; then
+        tail -20 "$work/mmdebstrap.log"
+        echo "quickstart: mmdebstrap failed (log: $work/mmdebstrap.log)" >&2
+        exit 1
     fi
+    find "$work/rootfs/dev" -mindepth 1 -delete
+    rm -f "$work/rootfs/etc/resolv.conf" "$work/rootfs/etc/hostname" # (never written through a link)
+    touch "$work/rootfs/etc/resolv.conf" "$work/rootfs/etc/hostname"
+    printf '%s\n' "$recipe" >"$work/rootfs/$stamp"
+    mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet -no-progress
     chmod 0644 "$work/rootfs.sqsh"
     mv "$work/rootfs.sqsh" "$img"
     rm -rf "$work"
-else
-    echo "reusing $img from an earlier run (remove it to build a new one)"
+    echo "built $img in $(($(date +%s) - start)) s"
 fi
 size=$(stat -c %s "$img")
 sum=$(sha256sum "$img" | cut -d' ' -f1)

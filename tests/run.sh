@@ -6,11 +6,11 @@
 #
 # On a fresh Debian 12 machine (as root) it installs the Debian packages it
 # needs, builds, runs the unit tests under AddressSanitizer and
-# UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy), installs a release
-# build, brings a local Slurm test cluster up, runs every cluster test, the
-# Debian package test and the benchmark's smoke variant, (trixie) the
-# PrologFlags tests again on clusters with Contain and RunInJob, brings the
-# cluster down (also on failure), and ends with the line
+# UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy, shellcheck),
+# installs a release build, brings a local Slurm test cluster up, runs every
+# cluster test, the Debian package test and the benchmark's smoke variant,
+# (trixie) the PrologFlags tests again on clusters with Contain and RunInJob,
+# brings the cluster down (also on failure), and ends with the line
 #   N passed, N failed[, N skipped]
 # counting every test it ran. Exit status is non-zero if any test failed.
 #
@@ -112,7 +112,7 @@ in_stack() { # stack command...
 }
 
 # A stack's install prefix, test cluster and shared directory (stack_env).
-# shellcheck source=contrib/stack-env.sh
+# shellcheck source=../contrib/stack-env.sh
 source "$top/contrib/stack-env.sh"
 
 label() { # stack -> the prefix of its tests' names
@@ -198,6 +198,23 @@ if printf '%s\n' core/*/*.c spank/*.c |
 else
     grep -E '(warning|error):' build-asan/clang-tidy.out | head -40
     note_result "clang-tidy" 1
+fi
+
+# Lint: shellcheck over every shell script of the project (settings in
+# .shellcheckrc; each disable in a script says why): *.sh and every file whose
+# first line names a shell, outside the build directories; two at a time.
+shell_scripts() {
+    find . \( -name .git -o -path './build*' -o -name __pycache__ \) -prune -o -type f \
+        \( -name '*.sh' -print -o -exec awk 'FNR == 1 && /^#! *(\/usr)?\/bin\/(env +)?(ba|da)?sh( |$)/ {
+            print FILENAME } { nextfile }' {} + \) | sort
+}
+shell_scripts >build-asan/shellcheck.files
+echo "shellcheck: $(wc -l <build-asan/shellcheck.files) scripts (list: build-asan/shellcheck.files)"
+if xargs -P2 -n12 shellcheck -f gcc <build-asan/shellcheck.files >build-asan/shellcheck.out 2>&1; then
+    note_result "shellcheck" 0
+else
+    head -40 build-asan/shellcheck.out
+    note_result "shellcheck" 1
 fi
 
 [ "$cluster" = 1 ] || finish

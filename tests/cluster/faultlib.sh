@@ -1,4 +1,4 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2016  # single-quoted scripts run on the nodes, values as arguments
 # Helpers of the fault, bad-input, security and soak tests (issue 6), sourced
 # after lib.sh. The cluster is shared: these helpers look only at the jobs a
 # test started and at node states, never at the whole queue.

@@ -76,6 +76,14 @@ wait_nodes_idle() {
     return 1
 }
 
+# The words of @1 on one line, one space apart (what an unquoted
+# $(echo $1) prints, without its globbing).
+one_line() {
+    local -a w
+    read -rd '' -a w <<<"$1" || true
+    echo "${w[*]}"
+}
+
 fail() { echo "FAIL: $*"; exit 1; }
 skip() { echo "SKIP: $*"; exit 77; }
 
@@ -132,6 +140,7 @@ assert_no_runtime_state() {
 # (the number of nodes), tag (@1), src=/shared/TAG.src, dst=/nvme/TAG/img and
 # errf (a temp file for the engine's stderr); on exit removes src, errf and
 # /nvme/TAG on every node.
+# shellcheck disable=SC2034  # k and dst are the calling test's
 engine_test_init() {
     engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
     [ -x "$engine" ] || fail "$engine not installed"

@@ -16,9 +16,9 @@
 # (spaces, quotes, non-UTF-8, escaped ':' and ',') stage correctly.
 # Cases F17 (a: link to an unreadable file, b: planted symlink, c: FIFO and
 # devices), F18, F23, F26, F27, F28, F31.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 conf_dir=$(dirname "$SLURM_CONF")
@@ -309,7 +309,8 @@ for n in $MINICLUSTER_NODES; do
         mkdir /nvme/$tok-nobody && chown nobody /nvme/$tok-nobody" || fail "$n: root set-up failed"
 done
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
-all_nodes=$(echo $MINICLUSTER_NODES | sed 's/ /, /g')
+read -ra node_list <<<"$MINICLUSTER_NODES"
+all_nodes=$(printf '%s\n' "${node_list[@]}" | paste -sd, - | sed 's/,/, /g')
 img="$shared.img"
 want=$(sha256sum "$img" | cut -d' ' -f1)
 
@@ -369,7 +370,7 @@ for j in $planted $odd1 $odd2; do
     st=$(wait_job_end "$j" 90)
     [ "$st" = COMPLETED ] || fail "job $j ended $st: $(cat "$shared"/*.out)"
 done
-grep -q script-ran "$shared/odd1.out" && grep -q script-ran "$shared/odd2.out" ||
+{ grep -q script-ran "$shared/odd1.out" && grep -q script-ran "$shared/odd2.out"; } ||
     fail "odd names: $(cat "$shared/odd1.out" "$shared/odd2.out")"
 for n in $MINICLUSTER_NODES; do
     [ "$(node_sha "$n" "/nvme/$tok/u/planted")" = "$want" ] || fail "$n: planted symlink not replaced by the image"
@@ -392,8 +393,8 @@ echo "ok: planted symlink replaced by rename (target untouched); odd legal names
 # the same node-side refusal through srun and salloc
 out=$(as_user timeout 60 srun -J "$tag" -N"$k" --stage-image="$img:/nvme/$tok/u/link/img2" echo task-ran 2>&1) &&
     fail "srun with a parent symlink succeeded: $out"
-grep -qF "stagehand: --stage-image failed: image /nvme/$tok/u/link/img2: " <<<"$out" &&
-    grep -qF "is a symbolic link" <<<"$out" || fail "srun: message missing: $out"
+{ grep -qF "stagehand: --stage-image failed: image /nvme/$tok/u/link/img2: " <<<"$out" &&
+    grep -qF "is a symbolic link" <<<"$out"; } || fail "srun: message missing: $out"
 ! grep -q task-ran <<<"$out" || fail "srun: a task ran without its image"
 out=$(as_user timeout 60 salloc -J "$tag" -N"$k" --stage-image="$img:/nvme/$tok-nobody/img3" \
           srun echo task-ran 2>&1) && fail "salloc with another user's directory succeeded: $out"

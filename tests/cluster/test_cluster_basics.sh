@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Foundation: the test cluster is a real multi-node Slurm cluster.
 # sinfo shows every node idle; srun as the test user runs on distinct hosts.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

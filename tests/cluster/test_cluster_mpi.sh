@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Foundation: Open MPI over Slurm's PMIx: hello plus a 256 MiB MPI_Bcast
 # across every node, verified on each rank; nodes idle (not drained) after.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

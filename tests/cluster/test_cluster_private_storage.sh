@@ -2,6 +2,7 @@
 # Foundation: each node has its own /nvme, /tmp and /run (per-node state is
 # really per node; /dev/shm too: Open MPI keeps shared-memory segments there),
 # /shared is the same everywhere, and node names resolve.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 tag="private.$$"

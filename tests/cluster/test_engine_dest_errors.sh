@@ -6,6 +6,7 @@
 # refused the same way (found by a new-user trial: the engine used to copy
 # everything and then fail at the rename). A symbolic link planted as DST's
 # lock file is refused without following it.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_dsterr.$$"
@@ -25,8 +26,8 @@ refused() {
     [ "$rc" -ne 124 ] || fail "engine hung (--dest $d)"
     [ "$rc" = 4 ] || fail "--dest $d: exit code $rc, expected 4 (destination error): $out $(cat "$errf")"
     printf '%s\n' "$out" | grep -q "$want" || fail "--dest $d: message does not match '$want': $out"
-    printf '%s\n' "$out" | grep -q "0 copied, 0 already current, $k failed" &&
-        printf '%s\n' "$out" | grep -q " transfer 0.000s " ||
+    { printf '%s\n' "$out" | grep -q "0 copied, 0 already current, $k failed" &&
+        printf '%s\n' "$out" | grep -q " transfer 0.000s "; } ||
         fail "--dest $d: data moved before the refusal: $out"
 }
 

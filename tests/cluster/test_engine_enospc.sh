@@ -3,6 +3,7 @@
 # run fails before any data moves with a message naming that node and the
 # needed and free bytes; no partial file or temp file anywhere. Cases F14,
 # F15.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"

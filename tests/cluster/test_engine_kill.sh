@@ -3,6 +3,7 @@
 # transfer. The other ranks end with an error within the deadline, no file
 # appears under DST's name anywhere, the survivors leave no temp file, and the
 # next run sweeps the dead rank's temp file and succeeds. Cases F06, F21, F22.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_kill.$$"

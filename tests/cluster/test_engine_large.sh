@@ -3,6 +3,7 @@
 # sizes and offsets, int MPI counts. Marker bytes around the 2^31 boundary
 # and at the end must land at the right offsets on every node; the engine's
 # end-to-end digest covers the rest.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"

@@ -4,6 +4,7 @@
 # ranks on a node, or --source-rank other than 0, the engine groups ranks by
 # host (MPI_Comm_split_type). Every layout must leave one byte-identical copy
 # per node, written by one writer per node.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_layout.$$"

@@ -7,6 +7,7 @@
 # in 8 pairs of concurrent runs on 3 nodes; this test's 20 pairs found it
 # with the barrier removed). Every run must exit 0 with every node copied,
 # and no rank may die of a signal.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_mpistart.$$"
@@ -32,7 +33,7 @@ for i in $(seq 1 "$pairs"); do
         ! grep -Eq "Segmentation fault|Process received signal|task [0-9]+: (Killed|Aborted)" "$o" ||
             fail "pair $i: a rank died of a signal: $(cat "$o")"
     done
-    [ "$rc1" = 0 ] && [ "$rc2" = 0 ] || fail "pair $i: exit codes $rc1 and $rc2: $(cat "$o1" "$o2")"
+    { [ "$rc1" = 0 ] && [ "$rc2" = 0 ]; } || fail "pair $i: exit codes $rc1 and $rc2: $(cat "$o1" "$o2")"
     for o in "$o1" "$o2"; do
         grep -q "\"nodes_copied\":$k," "$o" || fail "pair $i: not every node copied: $(cat "$o")"
     done

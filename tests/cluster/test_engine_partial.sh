@@ -3,6 +3,7 @@
 # written; one node's copy overwritten in place with same-size different
 # content -> detected by the default check (meta) and re-staged, the others
 # untouched. Cases F05, F29 (current nodes do not rewrite).
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_partial.$$"

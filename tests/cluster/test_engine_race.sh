@@ -4,6 +4,7 @@
 # file remains; the per-DST lock serialises them and the second finds the
 # copy current (or, if the scheduler ran them one after the other, simply
 # skips).
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"

@@ -3,6 +3,7 @@
 # arrive byte-identical on every node (sha256sum inside each node), with both
 # algorithms and with one to 16 concurrent reads of SRC; no temp files
 # remain. Cases F09, F10 (size % segment in {0, 1, segment-1}), F11.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
@@ -61,7 +62,8 @@ done
 size=$((3 * 1048576 + 1))
 want=$(sha256sum <"$src/f$size" | cut -d' ' -f1)
 for ra in "1 2" "16 16"; do
-    set -- $ra
+    read -ra opts <<<"$ra"
+    set -- "${opts[@]}"
     f="ra$1.f$size"
     out=$(pmix_srun -N"$k" --ntasks-per-node=1 "$engine" \
         --source "$src/f$size" --dest "$dst/$f" --segment-size=$seg \

@@ -3,6 +3,7 @@
 # /etc/shadow), a missing source (F18), a FIFO and a device (F17c) each end
 # with exit 3 and a message naming the source, and nothing is written on any
 # node: no DST, no temp file.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"

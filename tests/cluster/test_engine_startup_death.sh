@@ -4,9 +4,9 @@
 # The other ranks must not wait inside MPI_Init for the deadline (or Slurm's
 # PMIx fence timeout, 300 s): they leave after --stall-timeout + 2 s with a
 # message that says MPI did not start, and leave no file. Cases F21, F22.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r _ victim _ <<<"$MINICLUSTER_NODES"

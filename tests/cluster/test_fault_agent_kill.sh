@@ -6,9 +6,9 @@
 # promptly (not at the staging deadline), with a message naming the missing
 # node; n3's own record says its agent was killed; nothing under DST; no
 # node drained; the next job works. Cases F21, F22.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r leader frozen victim _ <<<"$MINICLUSTER_NODES"

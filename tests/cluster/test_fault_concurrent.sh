@@ -8,9 +8,9 @@
 # DST current when it starts says so for the batch node: "current on n1"); (c) a job that waits for
 # another run's lock on DST says how long it waited and for whom. No node
 # drained.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
@@ -42,7 +42,7 @@ done
 copies=$(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out" | grep -oE "$dst: [0-9]+ copied" | grep -vc ': 0 copied' || true)
 current=$(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out" |
     grep -cE "$dst: (all $k nodes current(, | \(staged by another run meanwhile\), )|current on n1, )nothing copied" || true)
-[ "$copies" = 1 ] && [ "$current" = 1 ] ||
+{ [ "$copies" = 1 ] && [ "$current" = 1 ]; } ||
     fail "expected one copy and one no-op: $(cat "$MINICLUSTER_SHARED/$tok.a.out" "$MINICLUSTER_SHARED/$tok.b.out")"
 # the one that found DST current after the engine had started waited for the
 # other's lock: its summary says so and names that job

@@ -6,9 +6,9 @@
 # error (SRC removed after submit) drains nothing. The test sets the policy
 # in the cluster's plugstack.conf for its own jobs and restores it, resumes
 # the node and restarts the slurmds on exit.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

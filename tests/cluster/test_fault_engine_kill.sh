@@ -10,9 +10,9 @@
 # file and the next run sweeps the killed rank's; no node is drained; the next
 # job on those nodes stages correctly. Cases F06, F21, F22, F29 (old DST kept,
 # replaced only by rename).
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
@@ -98,7 +98,7 @@ after_failure() {
         got=$(node_md5 "$n" "$dst")
         [ "$got" = "$1" ] || errors+=("$n: DST is '${got:-absent}' after the failure, expected '${1:-absent}'")
         [ "$n" = "$victim" ] || [ "$unblocked" = 1 ] && continue
-        [ -z "$(temp_files_in "/nvme/$tok" | grep "^$n:")" ] || errors+=("$n: survivor left a temp file")
+        ! grep -q "^$n:" <<<"$(temp_files_in "/nvme/$tok")" || errors+=("$n: survivor left a temp file")
     done
 }
 

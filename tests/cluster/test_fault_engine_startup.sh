@@ -6,9 +6,9 @@
 # every node holds the image, no temp file remains. A crash after MPI has
 # started is not retried: that stays an error (test_fault_engine_kill).
 # Cases F21, F22.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r _ victim _ <<<"$MINICLUSTER_NODES"

@@ -9,9 +9,9 @@
 # next job stages. Case F21 ("one node never starts its prolog ... nothing
 # hangs"), seen as the 121 s prolog of a job cancelled 15 ms after its
 # allocation in the soak test.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r leader second _ <<<"$MINICLUSTER_NODES"

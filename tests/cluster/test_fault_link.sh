@@ -13,9 +13,9 @@
 #     stop waiting for it, naming n3; no node is drained.
 # Each time: no temp file, no runtime state, the next job works. Cases F21,
 # F22.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r _ _ victim _ <<<"$MINICLUSTER_NODES"
@@ -46,7 +46,7 @@ rm -f "$out"
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" --wrap 'echo script-ran') ||
     fail "sbatch: $id"
 for _ in $(seq 1 300); do
-    [ -n "$(temp_files_in "/nvme/$tok" | grep "^$victim:")" ] && break
+    grep -q "^$victim:" <<<"$(temp_files_in "/nvme/$tok")" && break
     sleep 0.02
 done
 on_node "$victim" ip link set "$dev" down || fail "cannot take $victim's $dev down"
@@ -73,7 +73,7 @@ assert_no_drain
 if [ "${STAGEHAND_TEST_FULL:-0}" = 1 ]; then
     plug=$(grep '^required .*stagehand.so' "$(dirname "$SLURM_CONF")/plugstack.conf")
     timeout_s=$(grep -oE 'timeout=[0-9]+s' <<<"$plug" | grep -oE '[0-9]+')
-    [ -n "$timeout_s" ] && [ "$timeout_s" -le 150 ] || skip "(b) needs the plugstack timeout at most 150s"
+    { [ -n "$timeout_s" ] && [ "$timeout_s" -le 150 ]; } || skip "(b) needs the plugstack timeout at most 150s"
     case "$plug" in *port_base=* | *port_range=*) skip "(b) assumes the default ports 300+200" ;; esac
     command -v python3 >/dev/null || skip "(b) needs python3"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst"; done

@@ -8,9 +8,9 @@
 # file under DST anywhere, no temp file left, no node drained (the default
 # on_node_fault=fail), and once the filesystem is fine again the next job
 # stages. Cases F14, F15, F18, F31.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -9,9 +9,9 @@
 # the default); DST appears nowhere and no temp file is left; once the module
 # is back the next job stages. Run with the broken module on a receiving
 # node and on the reader node (node 0 of the engine). Cases F21, F26.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -6,9 +6,9 @@
 # or leaves nothing under DST's name; no engine or agent of it outlives the
 # staging deadline's order of magnitude (here: 30 s), no temp file or runtime
 # state is left, no node is drained, and the resubmitted job works.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

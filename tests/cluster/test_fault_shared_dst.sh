@@ -4,7 +4,7 @@
 # storage). Staging must refuse before any data moves, with a message that
 # names the shared directory and the fix, instead of several nodes writing
 # one file; nothing is left in the directory; no node is drained.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 img=$MINICLUSTER_SHARED/t-shdst.$$.bin

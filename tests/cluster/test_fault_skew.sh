@@ -5,9 +5,9 @@
 # the others wait for it: the staging completes, DST is whole on every node,
 # the late node is not named as missing and nothing is drained. (The other
 # half of F21, a node that never starts, is test_fault_join.sh.)
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r leader second late _ <<<"$MINICLUSTER_NODES"

@@ -10,9 +10,9 @@
 # The script's srun waits until the late node's prolog has run: a step that
 # reaches the thawed slurmd before the allocation's prolog request is the
 # case of test_fault_step_before_prolog.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r _ _ late _ <<<"$MINICLUSTER_NODES"

@@ -13,9 +13,9 @@
 # deadline naming the missing node is covered by test_fault_join.sh,
 # test_fault_link.sh (full run) and test_fault_agent_kill.sh; a prolog 40 s
 # late (longer than this test's 6 s) by test_fault_skew.sh.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r _ victim late _ <<<"$MINICLUSTER_NODES"

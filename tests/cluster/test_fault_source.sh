@@ -5,9 +5,9 @@
 # partial or mixed file under DST: the previous version stays byte for byte;
 # no temp file, no node drained; the next job stages the new content.
 # Cases F06, F18, F29 (the reader's status travels with the data).
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

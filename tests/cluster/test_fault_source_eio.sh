@@ -8,9 +8,9 @@
 # DST is held open on one node (as a running job's loop or squashfuse mount
 # would) while a good staging replaces it: the holder keeps reading the old
 # bytes (rename, never an in-place rewrite), and every node has the new ones.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 [ -c /dev/fuse ] || skip "no /dev/fuse"
@@ -42,10 +42,10 @@ cleanup() {
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
-make_user_file "$backing" 64 && make_user_file "$prev" 1 || fail "cannot create sources"
+{ make_user_file "$backing" 64 && make_user_file "$prev" 1; } || fail "cannot create sources"
 install -m 0755 "$(dirname "$0")/errfs.py" "$errfs"
 at=$((size * 2 / 5))
-on_login mkdir -p "$fs" && on_node "$reader" mkdir -p "$fs" || fail "mkdir $fs"
+{ on_login mkdir -p "$fs" && on_node "$reader" mkdir -p "$fs"; } || fail "mkdir $fs"
 on_login /usr/bin/python3 "$errfs" "$backing" "$fs" "$at" >/dev/null 2>&1 &
 login_fs_pid=$!
 on_node "$reader" /usr/bin/python3 "$errfs" "$backing" "$fs" "$at" >/dev/null 2>&1 &
@@ -53,7 +53,7 @@ for _ in $(seq 1 50); do
     on_login mountpoint -q "$fs" && on_node "$reader" mountpoint -q "$fs" && break
     sleep 0.1
 done
-on_node "$reader" mountpoint -q "$fs" && on_login mountpoint -q "$fs" || fail "errfs did not mount"
+{ on_node "$reader" mountpoint -q "$fs" && on_login mountpoint -q "$fs"; } || fail "errfs did not mount"
 bad="$fs/$(basename "$backing")"
 as_user head -c 1024 "$bad" >/dev/null || fail "errfs: the start of the file is not readable"
 ! as_user dd if="$bad" of=/dev/null bs=1M skip=$((at / 1048576 + 1)) count=1 status=none 2>/dev/null ||

@@ -12,9 +12,9 @@
 # Before this, the step failed on n3 with "no staging status on this node".
 # Slurm 23.02.2 and later make the step wait for the prolog: the outcome
 # asserted is the same, the path is then the prolog's.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r _ _ late _ <<<"$MINICLUSTER_NODES"
@@ -43,7 +43,9 @@ run_held() {
     # Before 23.02.2 the step runs and ends on $late while the request is
     # held; later Slurm makes the step wait for the prolog, so the request
     # is held for a few seconds only.
-    for _ in $(seq 1 $([ "$old_slurm" = 1 ] && echo 150 || echo 25)); do
+    polls=25
+    [ "$old_slurm" = 1 ] && polls=150
+    for _ in $(seq 1 "$polls"); do
         log_since "$late" "$off" | grep -aq "\[$id\.0\] done with job" && break
         sleep 0.2
     done

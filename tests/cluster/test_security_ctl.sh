@@ -17,9 +17,9 @@
 # rejections ("handshake with connection from <n2's address> rejected: ...").
 # Frames after the handshake (forged, truncated, oversized, replayed) need
 # the session key; the unit tests (tests/unit/check_frame.c) cover them.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r leader attacker frozen _ <<<"$MINICLUSTER_NODES"
@@ -68,11 +68,11 @@ for _ in $(seq 1 40); do
     sleep 0.5
 done
 [ -n "$port" ] || fail "the leader's control port never listened (derived $port0; open: $open; job: $(scontrol -o show job "$id" | grep -oE 'JobState=[^ ]+ Reason=[^ ]+'))"
-echo "leader $leader listens on $port (derived $port0); open ports in the range: $(echo $open)"
+echo "leader $leader listens on $port (derived $port0); open ports in the range: $(one_line "$open")"
 
 res=$(on_node "$attacker" runuser -u nobody -- python3 "$tool" attack "$leader_ip" "$port" "$id" 2>&1) ||
     fail "attacker failed: $res"
-echo "$res" | sed 's/^/  attack /'
+printf '%s\n' "$res" | sed 's/^/  attack /'
 "$MINICLUSTER" thaw "$frozen" || fail "cannot thaw $frozen"
 
 st=$(wait_job_end "$id" 90)

@@ -10,9 +10,9 @@
 # and drains nothing either. A slurmd start logs the attacker's directory for
 # the administrator (and leaves it), and once it is removed a slurmd start
 # makes /nvme/stage, root-owned 0755, before any job runs.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 node=$(echo "$MINICLUSTER_NODES" | awk '{ print $NF }')

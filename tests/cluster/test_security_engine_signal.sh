@@ -11,9 +11,9 @@
 # the next job stages everywhere. A real crash (a fault, abort() or root's
 # kill) stays a node fault: test_fault_engine_startup.sh,
 # test_engine_startup_death.sh.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -8,9 +8,9 @@
 # and the slurmd log of the leader says so for the administrator; no node is
 # drained, nothing partial under DST, no temp file. Once the attacker's file
 # is removed, the victim's staging succeeds on every node.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -23,9 +23,9 @@
 # another user (nobody). The control port is covered by
 # test_security_ctl.sh; MPI traffic itself is not authenticated (see the
 # issue 6 report).
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
@@ -102,7 +102,7 @@ for n in $MINICLUSTER_NODES; do
         runuser -u nobody -- ls /run/stagehand/$id >/dev/null 2>&1 && echo "nobody-lists-rundir"
         true' sh "$id" "${engine[$n]}" "$tok")
 done
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086  # a list of pids
 kill -CONT $stopped 2>/dev/null
 # The engine makes itself non-dumpable (--untraceable) as its main() starts:
 # then not even its own user may trace it or read its memory or environment

@@ -10,9 +10,9 @@
 # user's doing drains no node. (c) The attacker's file is writable by all
 # (0666) and the attacker holds it (flock): the victim fails as at once,
 # instead of waiting half its staging deadline for a lock it can never get.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -13,9 +13,9 @@
 # with the cluster's policy and once with on_node_fault=drain (no node
 # drained). Before the fix every staging failed ("control plane: Address
 # already in use").
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

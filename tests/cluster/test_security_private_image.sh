@@ -11,9 +11,9 @@
 # --stage-image in an allocation) follows that srun's umask. Then the same
 # attack under on_node_fault=drain: the staging succeeds and no node is
 # drained.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

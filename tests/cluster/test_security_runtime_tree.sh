@@ -8,9 +8,9 @@
 # outside it and to /etc; after the job, its runtime directory is gone on
 # every node and everything the symlinks pointed to is still there. Run
 # under on_node_fault=drain: no node drains.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

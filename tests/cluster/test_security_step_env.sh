@@ -10,9 +10,9 @@
 # a few seconds. Then, with the forged list still exported, a real
 # srun --stage-image on two nodes stages to exactly those two nodes. Run
 # under on_node_fault=drain: no node drains.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -15,9 +15,9 @@
 # attacked node's process still waits (it joined nobody). Then a job with one
 # stale node wakes the sentinels legitimately and must succeed. All of it
 # twice: with the cluster's policy and with on_node_fault=drain (no drain).
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 read -r -a nodes <<<"$MINICLUSTER_NODES"

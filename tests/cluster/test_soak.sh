@@ -9,9 +9,9 @@
 # the slurmds gained, processes of these jobs left (agents, PMIx hosts,
 # engines), /run/stagehand entries of these jobs, temp files under the DSTs,
 # drained nodes. Cases F03, F06, F21.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 total=50
@@ -28,7 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$dir" && chown "$MINICLUSTER_USER" "$dir"
-make_user_file "$dir/a.img" 2 && make_user_file "$dir/b.img" 3 || fail "cannot create sources"
+{ make_user_file "$dir/a.img" 2 && make_user_file "$dir/b.img" 3; } || fail "cannot create sources"
 for n in $MINICLUSTER_NODES; do
     on_node_as_user "$n" sh -c "mkdir -p /nvme/$tok/out && ln -s /tmp /nvme/$tok/out/link" ||
         fail "$n: set-up"
@@ -42,7 +42,7 @@ slurmd_fds() {
         pid=$(cat "$MINICLUSTER_STATE/pids/slurmd.$n.pid")
         best=""
         for _ in 1 2 3 4 5; do
-            c=$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)
+            c=$(find "/proc/$pid/fd" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
             [ -z "$best" ] || [ "$c" -lt "$best" ] && best=$c
             sleep 0.1
         done
@@ -120,7 +120,7 @@ rundir_entries() {
     local n
     for n in $MINICLUSTER_NODES; do
         on_node "$n" sh -c 'ls /run/stagehand 2>/dev/null' | while read -r e; do
-            case " $(echo $ids) " in *" ${e%%.*} "*) echo "$n:$e" ;; esac
+            case " $(one_line "$ids") " in *" ${e%%.*} "*) echo "$n:$e" ;; esac
         done
     done
 }
@@ -151,7 +151,7 @@ for n in $MINICLUSTER_NODES; do
                 pp=$(ps -o ppid= -p $pp | tr -d " ")
             done
         done
-        echo $c' sh "$tok" "$(echo $ids)")
+        echo $c' sh "$tok" "$(one_line "$ids")")
     procs=$((procs + c))
 done
 rundirs=$(rundir_entries | grep -c . || true)
@@ -159,7 +159,7 @@ temps=0
 for ((l = 0; l < lanes; l++)); do temps=$((temps + $(temp_files_in "/nvme/$tok/L$l" | grep -c . || true))); done
 drained=$(sinfo -h -N -o '%N %T' | grep -ciE 'drain|down|fail' || true)
 echo "soak counts: leaked slurmd fds $fd_leak, leftover processes $procs, /run/stagehand entries $rundirs, temp files $temps, drained nodes $drained"
-echo "slurmd fds before: $(echo $fds_before); after: $(echo $fds_after)"
-[ "$fd_leak" = 0 ] && [ "$procs" = 0 ] && [ "$rundirs" = 0 ] && [ "$temps" = 0 ] && [ "$drained" = 0 ] ||
+echo "slurmd fds before: $(one_line "$fds_before"); after: $(one_line "$fds_after")"
+{ [ "$fd_leak" = 0 ] && [ "$procs" = 0 ] && [ "$rundirs" = 0 ] && [ "$temps" = 0 ] && [ "$drained" = 0 ]; } ||
     fail "leaks after the soak"
 echo "ok: nothing leaked after $total jobs"

@@ -8,9 +8,9 @@
 # read; as the user it must not: the job fails naming SRC and the reason, and
 # the nodes are not drained (a user's error). The slurmd logs say why the
 # check did not pass. Cases F17, F18.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
@@ -19,7 +19,7 @@ fault_test_files cid check-id
 dir=$MINICLUSTER_SHARED/$tok
 src=$dir/img
 trap 'rm -rf "$dir"; fault_test_cleanup' EXIT
-mkdir -m 0777 "$dir" && chmod 0777 "$dir" || fail "cannot create $dir"
+{ mkdir -m 0777 "$dir" && chmod 0777 "$dir"; } || fail "cannot create $dir"
 make_user_file "$src" 4 || fail "cannot create $src"
 submit() {
     rm -f "$out"

@@ -2,7 +2,7 @@
 # Issue 4: without DST the site's default directory is used
 # (/nvme/stage/<user>/<basename>); root creates the per-user directory, owned
 # by the user, mode 0700, never following links (F31).
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 img=$MINICLUSTER_SHARED/t-default.$$.sqsh

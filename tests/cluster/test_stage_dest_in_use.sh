@@ -11,9 +11,9 @@
 # (c) after A and C end, v2 at DST is staged normally;
 # (d) two jobs asking for v1 and v2 at DST at the same moment: never both
 #     run, and DST on every node holds the image of the one that ran.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

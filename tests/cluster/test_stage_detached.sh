@@ -8,9 +8,9 @@
 # while it still serves the others: no agent or engine of the job is left on
 # any node, no temp file, no runtime state, no node drained, and the next
 # job stages everywhere.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4, F27: several images in one job (a list and a repeated option);
 # an identical repeated value is a no-op; every image is exported.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 a=$MINICLUSTER_SHARED/t-multi-a.$$.bin

@@ -21,9 +21,9 @@
 #
 # Plain Alloc: skipped (test_stage_sbatch, test_stage_step,
 # test_fault_scancel, test_stage_sentinel cover it).
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 conf=$(scontrol show config)

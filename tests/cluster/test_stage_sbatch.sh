@@ -6,7 +6,7 @@
 # receives (from a node whose prolog has ended), and nothing is left in
 # /run/stagehand after the job. Field cases F03 (no rewrite of current
 # copies), F20 (engine runs as the job user).
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 img=$MINICLUSTER_SHARED/t-sbatch.$$.bin

@@ -11,9 +11,9 @@
 # left, no node drained. (A node that needs a copy wakes them: see
 # test_stage_sbatch, a stale leaf waking n1, which wakes the other leaf, and
 # test_stage_detached, n2 and n3 waking n1.)
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)

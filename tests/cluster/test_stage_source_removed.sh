@@ -2,7 +2,7 @@
 # Issue 4, F18 and doc/design.md §5: the source removed after submit fails the
 # job at step start with the message in the job's output; the nodes are not
 # drained and the next job on them works; nothing is written under DST.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 img=$MINICLUSTER_SHARED/t-removed.$$.bin

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4: srun and salloc --stage-image stage to every node before the
 # first step; the tasks read the image at $STAGEHAND_IMAGE.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 img=$MINICLUSTER_SHARED/t-srun.$$.bin

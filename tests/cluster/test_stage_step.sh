@@ -2,7 +2,7 @@
 # Issue 4, F28: srun --stage-image inside an existing allocation stages at
 # step start on the step's nodes only, before its tasks run; a second srun
 # with the same image is a no-op; a plain srun does not stage.
-# shellcheck source=tests/cluster/lib.sh disable=SC2016
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 img=$MINICLUSTER_SHARED/t-step.$$.bin

@@ -9,9 +9,9 @@
 # job fails with a message that says so instead of one about PrologFlags, no
 # partial DST or temp file is left, no node is drained, and the job staged
 # again works.
-# shellcheck source=tests/cluster/lib.sh
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
-# shellcheck source=tests/cluster/faultlib.sh
+# shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
@@ -21,7 +21,7 @@ want=$(md5sum "$src" | cut -d' ' -f1)
 
 submit() {
     rm -f "$out"
-    # shellcheck disable=SC2016
+    # shellcheck disable=SC2016  # expanded by the job's shell
     as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
         --wrap 'echo "script-ran $(md5sum '"$dst"' | cut -d" " -f1)"'
 }

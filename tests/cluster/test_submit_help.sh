@@ -2,6 +2,7 @@
 # --stage-image and --stage-verbose are shown in sbatch/srun/salloc --help
 # (issue 4, user interface), each with a one-line help (issue 7), and a job
 # that does not use them is untouched.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 plugin=${MINICLUSTER_LOADED_PLUGIN:-$STAGEHAND_PREFIX/lib/slurm/stagehand.so}

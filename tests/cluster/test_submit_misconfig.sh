@@ -4,6 +4,7 @@
 # "stagehand is misconfigured on this cluster: <reason>". Only the client
 # side is changed: sbatch/srun read a private copy of slurm.conf whose
 # PlugStackConfig has segment_size=4G (case F09). The cluster is untouched.
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 plugin="$STAGEHAND_PREFIX/lib/slurm/stagehand.so"

@@ -4,6 +4,7 @@
 #   <cmd>: error: stagehand: --stage-image=<value>: <reason>
 # and no job is created. Cases F17 (FIFO/device), F18 (missing/unreadable),
 # F23 (/tmp DST), F27 (conflicting values), F28 (relative path).
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 
 plugin="$STAGEHAND_PREFIX/lib/slurm/stagehand.so"

@@ -9,6 +9,7 @@
 #   or given again) is accepted without a new staging; a new image on such an
 #   srun is staged at step start on the step's nodes before its tasks run
 #   (case F28: never silently do nothing).
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 plugin="$STAGEHAND_PREFIX/lib/slurm/stagehand.so"

@@ -362,6 +362,7 @@ installed=()
 install_on() {
     local t=$1 s
     s=$(IFS=,; echo "install${2:+,}${*:2}")
+    # shellcheck disable=SC2016  # dpkg-query's format, not the shell's
     if run_on "$t" dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed'; then
         die "$pkg is already installed ($t); remove it first (apt-get purge $pkg) so this test leaves the system as it found it"
     fi
