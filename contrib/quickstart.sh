@@ -57,14 +57,16 @@ img=$shared/images/rootfs.sqsh
 # The image is a container root filesystem for pyxis/enroot: a minimal Debian
 # 12 root (mmdebstrap, variant minbase, from the mirror the host's apt uses),
 # /dev empty (an unprivileged enroot makes its own), no trace of this host
-# (mmdebstrap copies its resolv.conf and hostname in), Squashfs with zstd (the
+# (mmdebstrap copies its resolv.conf and hostname in, and writes the mirror
+# it used into apt's sources: the image names no host), Squashfs with zstd (the
 # nodes' kernel and squashfuse read it). Its recipe is recorded inside it, in
 # $stamp; an image of the same recipe is reused, any other is rebuilt.
 stamp=etc/stagehand-image
-recipe="stagehand quickstart image 1
+recipe="stagehand quickstart image 2
 root: mmdebstrap --variant=minbase bookworm (the host's Debian mirror)
 /dev: empty
 /etc/resolv.conf, /etc/hostname: empty
+apt sources: none
 squashfs: -comp zstd -Xcompression-level 3"
 if [ -s "$img" ] && [ "$(unsquashfs -cat "$img" "$stamp" 2>/dev/null)" = "$recipe" ]; then
     echo "reusing $img from an earlier run (built by the same recipe; remove it to build a new one)"
@@ -80,6 +82,7 @@ else
     find "$work/rootfs/dev" -mindepth 1 -delete
     rm -f "$work/rootfs/etc/resolv.conf" "$work/rootfs/etc/hostname" # (never written through a link)
     touch "$work/rootfs/etc/resolv.conf" "$work/rootfs/etc/hostname"
+    rm -f "$work/rootfs/etc/apt/sources.list" "$work/rootfs/etc/apt/sources.list.d/"*
     printf '%s\n' "$recipe" >"$work/rootfs/$stamp"
     mksquashfs "$work/rootfs" "$work/rootfs.sqsh" -noappend -comp zstd -Xcompression-level 3 -quiet -no-progress
     chmod 0644 "$work/rootfs.sqsh"
