@@ -1,8 +1,9 @@
 /* stagehand-agent --prolog: the engine's launch. On the nodes that take
  * part in an image's copy: join the image's own control tree, agree on a
  * PMIx namespace, and run the engine (stagehand-bcast) under the embedded
- * PMIx server (stagehand/pmix_host.h) with its environment (engine_env),
- * its output in the runtime directory; then classify how it ended. */
+ * PMIx server (stagehand/pmix_host.h) with its environment (engine_env;
+ * the site's part, mpi_env, read as root by root_setup), its output in the
+ * runtime directory; then classify how it ended. */
 #include "config.h"
 
 #include <errno.h>
@@ -23,6 +24,67 @@
 #include "stagehand/log.h"
 #include "stagehand/modes.h"
 #include "stagehand/pmix_host.h"
+
+/* Read the site's mpi_env file (plugstack mpi_env=; F22: transport and
+ * interface selection for the engine): "KEY=VALUE" lines, '#' comments and
+ * blank lines. Only OMPI_MCA_*, UCX_* and PMIX_MCA_* keys are accepted, so
+ * the file cannot change anything but the MPI stack. Read as root (an
+ * admin's file). Returns 0, or -1 with the reason in @err. */
+int load_mpi_env(struct agent *a, char *err, size_t errlen)
+{
+    static const char *const prefixes[] = { "OMPI_MCA_", "UCX_", "PMIX_MCA_" };
+    char line[1024];
+    int lineno = 0;
+    FILE *f;
+
+    if (a->cfg.mpi_env[0] == '\0')
+        return 0;
+    f = fopen(a->cfg.mpi_env, "re");
+    if (f == NULL) {
+        snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s: %s",
+                 a->cfg.mpi_env, strerror(errno));
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *p = line, *eq;
+        size_t klen;
+        bool known = false;
+
+        lineno++;
+        line[strcspn(line, "\n")] = '\0';
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0' || *p == '#')
+            continue;
+        eq = strchr(p, '=');
+        klen = eq != NULL ? (size_t)(eq - p) : 0;
+        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+            known = known || (klen > strlen(prefixes[i]) &&
+                              strncmp(p, prefixes[i], strlen(prefixes[i])) == 0);
+        for (size_t i = 0; known && i < klen; i++)
+            known = (p[i] >= 'A' && p[i] <= 'Z') || (p[i] >= 'a' && p[i] <= 'z') ||
+                    (p[i] >= '0' && p[i] <= '9') || p[i] == '_';
+        for (const char *v = eq != NULL ? eq + 1 : ""; known && *v != '\0'; v++)
+            known = (unsigned char)*v >= 0x20 && *v != 0x7f;
+        if (!known || a->n_mpi_env >= MAX_MPI_ENV) {
+            snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s "
+                     "line %d: %s", a->cfg.mpi_env, lineno,
+                     a->n_mpi_env >= MAX_MPI_ENV ? "more than 64 settings"
+                     : "expected KEY=VALUE with an OMPI_MCA_, UCX_ or PMIX_MCA_ key");
+            fclose(f);
+            return -1;
+        }
+        a->mpi_env[a->n_mpi_env] = strdup(p);
+        if (a->mpi_env[a->n_mpi_env] == NULL) {
+            snprintf(err, errlen, "out of memory");
+            fclose(f);
+            return -1;
+        }
+        a->n_mpi_env++;
+    }
+    fclose(f);
+    return 0;
+}
 
 /* Is "KEY=" set by the site's mpi_env? */
 static bool mpi_env_has(const struct agent *a, const char *key)

@@ -3,11 +3,13 @@
  *   stage.c     the process: inputs, log sinks, the job's control tree, the
  *               loop over images and the outcome on the plugin's pipe
  *   root.c      the root-only set-up, then the privilege drop
+ *   default_dir.c  the per-user default destination directory (as root)
  *   protocol.c  the per-image protocol: SRC check, votes, plan, engine
  *               phase, results, outcome (stage_image_run)
  *   dst.c       node-local DST housekeeping: markers, claims, temp files
  *               of a killed engine, the digest check after a copy
- *   launch.c    the engine's launch under the embedded PMIx server
+ *   launch.c    the engine's launch under the embedded PMIx server, and
+ *               its environment (with the site's mpi_env file)
  *   outcome.c   the engine's outcome: its --json report, read with json-c
  *               (engine_report.h), as messages and node faults */
 #ifndef STAGEHAND_AGENT_STAGING_H
@@ -110,6 +112,11 @@ int tree_listener(const struct agent *a, struct sh_ctl_cfg *cc, char *err, size_
 int root_setup(struct agent *a, char *err, size_t errlen);
 int drop_privileges(const struct agent *a, char *err, size_t errlen);
 
+/* default_dir.c: create the per-user default destination directory @dir as
+ * root; *@user_fault: the cause is a user's object or a full filesystem. */
+int make_default_dir(const struct agent *a, const char *dir, char *err, size_t errlen,
+                     bool *user_fault);
+
 /* protocol.c: stage image @img on every node (set_failure on failure). */
 void stage_image_run(struct agent *a, size_t img);
 
@@ -128,6 +135,9 @@ int verify_copy_digest(struct agent *a, const char *dst, const char *reader_dige
  * and *@outcome true when @err is the same text on every participant. */
 int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart,
                uint32_t mypos, bool *outcome, char *err, size_t errlen);
+/* Read the site's mpi_env file into @a->mpi_env (as root: an admin's file).
+ * Returns 0, or -1 with the reason in @err. */
+int load_mpi_env(struct agent *a, char *err, size_t errlen);
 /* Where image @img's engine writes its --json report. */
 void engine_report_path(const struct agent *a, size_t img, char *buf, size_t len);
 
