@@ -69,7 +69,7 @@ NOOP_ANALYSIS_LOCAL = (
     "ended. n1's own check took a median of {checks} (the agent's time column of the "
     "plugin runs, here from n1's summary line). At N=8 the host's 2 cores are shared by 8 "
     "slurmstepds starting at once and 8 checks (and, before the sentinels of 3050537, 8 "
-    "detached agents, the larger part: history.md): in one series "
+    "detached agents, the larger part: doc/performance.md): in one series "
     "traced on n1 at N=8 (2026-12-02 08:18 UTC, 3 jobs) the check spent 26-90 ms opening "
     "SRC over sshfs (open, fstat, close; 5-9 ms on n5; 7.6 ms on an idle host, where the "
     "stat and access(2) it uses since take 0.7-1.4 ms), 14-51 ms looking up "
@@ -97,7 +97,7 @@ NOOP_ANALYSIS_STAGING_PROCESS = (
     "21-41 ms made slurmd, which polls a prolog 10, 30, 70, 150 ms after its start when "
     "PrologEpilogTimeout is set (run_command_waitpid_timeout, Slurm 22.05), see the end at "
     "the 150 ms poll instead of the 70 ms one, +88 to +106 ms on this kind of host "
-    "(history.md). The smallest N shows the same work when the nodes do not outnumber the "
+    "(doc/performance.md). The smallest N shows the same work when the nodes do not outnumber the "
     "host's cores.\n")
 
 
@@ -387,7 +387,7 @@ def main():
         md.append(f"## stagehand in runs without host memory hand-back ({big} MiB)\n")
         md.append("The test VM hands free memory back to its hypervisor (free page reporting, see "
                   "Setup), and a run during which that happened is slower for every method, in CPU "
-                  "time as in wall time ([host-memory.md](host-memory.md): the same engine at N=8, "
+                  "time as in wall time ([doc/performance.md](../../doc/performance.md#what-limits-the-numbers): the same engine at N=8, "
                   "256 MiB, took 6.2-7.6 CPU s and 5.8-6.2 s of transfer in 13 of 16 runs without hand-back, "
                   "10-14.5 CPU s and 6.9-8.5 s in runs with 0.6-1.4 GiB handed back). This table "
                   f"repeats stagehand's rows with only the runs during which less than {HANDBACK_MIB} "

@@ -275,7 +275,7 @@ mem_note() {
 }
 # MiB of free memory the VM handed back to the hypervisor since mem_mark (the
 # CSV's host_reported_mib: a run during which this is large is slower for
-# every method, bench/results/host-memory.md)
+# every method, doc/performance.md "What limits the numbers")
 mem_reported_mib() { echo $((($(reported_kib) - mem0[1]) >> 10)); }
 # "busy total" clock ticks of all the host's CPUs so far (/proc/stat, proc(5):
 # busy = user + nice + system + irq + softirq + steal; idle and iowait are

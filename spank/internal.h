@@ -70,7 +70,7 @@ extern struct sh_plugin_state sh_plugin;
 /* Parse the plugstack arguments once per process. A bad configuration is
  * remembered (config_ok false, config_error set) and logged once; it is not
  * an error for the caller: only jobs that use --stage-image are refused
- * (DESIGN.md §3). Returns &sh_plugin.config when the config is usable, else
+ * (doc/design.md §5). Returns &sh_plugin.config when the config is usable, else
  * NULL. */
 const struct sh_config *sh_plugin_load_config(int ac, char **av);
 /* Log an error for the admin when @cfg's control-plane port range reaches

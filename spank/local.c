@@ -2,7 +2,7 @@
  * on this node (in the job prolog's staging process, prolog.c).
  *
  * A node whose copy of every image is current has nothing to wait for: the
- * agents' collective decision (DESIGN.md §2 steps 3-5) only matters to the
+ * agents' collective decision (doc/design.md §2 steps 3-5) only matters to the
  * nodes that need a copy. Waiting for it made every node's prolog, and so
  * the job's start, wait for the last node's slurmstepd and agent (bench:
  * the no-op at N=8). Here a child forked as the job user checks, with the

@@ -13,7 +13,7 @@
  * on_node_fault=drain the prolog stages itself and returns an error to
  * slurmd for a node fault: a required plugin's prolog error drains the node
  * and requeues+holds the job (measured), which is never right for a user's
- * mistake (DESIGN.md §3). */
+ * mistake (doc/design.md §5). */
 #include "config.h"
 
 #include <dirent.h>
@@ -586,7 +586,7 @@ static int sentinel_wait_ms(const struct sh_config *cfg)
  * does it start the agent on that port, detached: it votes, relays in the
  * control tree and, on node 0, reads SRC. When every node is current no
  * agent starts anywhere: the no-op at N=8 on the emulated cluster spent most
- * of its time in 8 agents starting at once (bench/results/history.md). The
+ * of its time in 8 agents starting at once (doc/performance.md). The
  * sentinel ends after join_timeout (no other node can still join) or in the
  * epilog. Without a free port it starts the agent at once, which then binds
  * its own. This node's outcome stays a success if neither starts: the other
@@ -738,7 +738,7 @@ static void on_staging_stop(int sig)
  * for it (sh_wait_job_staging), so no step starts before this node's staging
  * is done, as with a staging in the prolog itself. The prolog's end is what
  * slurmd waits for, and on a loaded node slurmd polls for it (Slurm 22.05:
- * 10, 30, 70, 150 ms after the start, bench/results/history.md): a prolog
+ * 10, 30, 70, 150 ms after the start, doc/performance.md): a prolog
  * that waited for the local check missed the 70 ms poll. Returns 0 in the
  * child, the child's pid in the prolog, -1 (errno from fork(2)) when the
  * prolog must stage itself. */
@@ -1071,7 +1071,7 @@ int sh_prolog_run(spank_t sp, int ac, char **av)
     }
     job.user = env_or("SLURM_JOB_USER", NULL);
     /* 22.05 names it SLURM_NODELIST in the prolog; SLURM_JOB_NODELIST from
-     * 23.11 (measured-facts.md, F26). */
+     * 23.11 (doc/design.md §8, F26). */
     job.nodelist = env_or("SLURM_JOB_NODELIST", "SLURM_NODELIST");
     job.nodename = env_or("SLURMD_NODENAME", NULL);
     job.cluster = env_or("SLURM_CLUSTER_NAME", NULL);

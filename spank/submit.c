@@ -4,7 +4,7 @@
  *
  * Every user error is printed as
  *     stagehand: --stage-image=<value>: <reason>
- * and makes the command exit non-zero before a job exists (DESIGN.md §3). */
+ * and makes the command exit non-zero before a job exists (doc/design.md §5). */
 #include "config.h"
 
 #include <errno.h>
@@ -184,7 +184,7 @@ static const char *file_kind(mode_t mode)
     return "not a regular file";
 }
 
-/* SRC must be a regular file this user can open for reading (DESIGN.md §5;
+/* SRC must be a regular file this user can open for reading (doc/design.md §6;
  * case F17c: FIFOs and devices would hang or never end; case F18: typos and
  * permissions are caught here, before a job exists). */
 static int check_source(const char *value, const char *src)

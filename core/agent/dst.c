@@ -153,7 +153,7 @@ static void dst_digest(const struct agent *a, const char *dst, int64_t since, ch
     close(dirfd);
 }
 
-/* DESIGN.md §2 step 4: MPI traffic is not authenticated, so the reader's
+/* doc/design.md §2 step 4: MPI traffic is not authenticated, so the reader's
  * digest also travels over the authenticated control plane. After an engine
  * phase every node takes part: the leader (the reader) sends the digest it
  * computed while reading; a node whose new copy records another digest

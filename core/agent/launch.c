@@ -305,7 +305,7 @@ static void engine_argv(const struct agent *a, uint32_t npart, struct engine_cmd
 static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
 {
     /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
-     * under a foreign PMIx server (measured-facts.md); the site's
+     * under a foreign PMIx server (doc/design.md §8); the site's
      * mpi_env settings come next; ob1 over TCP is the default where the
      * site chose no transport. */
     static const char *const dflt[][2] = {

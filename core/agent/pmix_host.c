@@ -702,7 +702,7 @@ static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
         errno = EINVAL;
         return -1;
     }
-    /* DESIGN.md §5: the PMIx server and the engine run as the job user,
+    /* doc/design.md §6: the PMIx server and the engine run as the job user,
      * never as root on the user's behalf. Refusing still takes part in the
      * collective sequence (DONE, "did not start"), so the others learn it. */
     if (geteuid() != cfg->uid || getegid() != cfg->gid) {

@@ -271,7 +271,7 @@ static char *step_vote_plan(struct agent *a, struct image_run *r)
         if (!plan_refusals(a, &votes, r)) {
             if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0)
                 /* No other node of a job's prolog ever came: most likely the
-                 * prolog runs on the batch node only (DESIGN.md §2 step 8). */
+                 * prolog runs on the batch node only (doc/design.md §2 step 8). */
                 r->len = snprintf(r->buf, sizeof(r->buf), "fail %s%s", missing,
                                   a->in.stepid == STEP_JOB && a->nnodes > 1 &&
                                           votes.nmissing == a->nnodes - 1
@@ -377,7 +377,7 @@ static int step_engine(struct agent *a, struct image_run *r)
             r->len = snprintf(r->buf, sizeof(r->buf), "fail %s: %.400s", a->in.nodename, err);
         r->leader_cause = a->index == 0 && reason[0] != '\0';
         /* The source changed, vanished or became unreadable after submit:
-         * the user's error, not the node's (DESIGN.md §3), even though the
+         * the user's error, not the node's (doc/design.md §5), even though the
          * engine found it. */
         r->source_fault = r->leader_cause && r->rep.exit_code == SH_EXIT_SOURCE;
     } else {

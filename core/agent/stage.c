@@ -1,5 +1,5 @@
 /* stagehand-agent --prolog: one staging of a job's images on this node
- * (DESIGN.md §2 steps 2-7). This file is the process's frame: inputs, log,
+ * (doc/design.md §2 steps 2-7). This file is the process's frame: inputs, log,
  * the job's control tree, the loop over images, the outcome; staging.h
  * lists the files that do the rest.
  *

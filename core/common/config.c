@@ -29,7 +29,7 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->port_range = SH_CTL_PORT_RANGE_DEFAULT;
     cfg->fanout = 32;
     /* Not yet measured on this project's cluster (bench/ will tell). */
-    /* measured: bench/results/segment-size.md (pipeline fill (N-1)*seg/B) */
+    /* measured: doc/performance.md (pipeline fill (N-1)*seg/B) */
     cfg->segment_size = SH_DEFAULT_SEGMENT_SIZE;
     cfg->pipeline_depth = SH_DEFAULT_PIPELINE_DEPTH;
     cfg->read_ahead = 0;

@@ -254,7 +254,7 @@ int sh_src_probe(const char *src, struct sh_src_id *id, char *err, size_t errlen
 }
 
 /* Check @dst's place on this node as the job user, before any data moves
- * (DESIGN.md §5, cases F17b, F31). Below the allowed root every existing
+ * (doc/design.md §6, cases F17b, F31). Below the allowed root every existing
  * directory of DST's path must be a real directory (a symbolic link could
  * take the copy out of the allowed root), belong to the user or root, and
  * not be writable by others unless sticky; DST itself must not be a

@@ -1,5 +1,5 @@
 /* Node-local side of a run: lock, pre-check, verify and publish of DST
- * (DESIGN.md §4). Runs on each node's writer rank. */
+ * (doc/design.md §4). Runs on each node's writer rank. */
 #include "config.h"
 #include "dest.h"
 

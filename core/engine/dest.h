@@ -1,6 +1,6 @@
 /* Node-local side of a run, on each node's writer rank: per-DST lock,
  * "current" decision and temp file (pre-check), verification and atomic
- * publish (DESIGN.md §4). */
+ * publish (doc/design.md §4). */
 #ifndef STAGEHAND_ENGINE_DEST_H
 #define STAGEHAND_ENGINE_DEST_H
 

@@ -1,5 +1,5 @@
 /* stagehand-bcast: pipelined MPI broadcast of one file to node-local storage
- * with a verified atomic publish (DESIGN.md §4, issue 3).
+ * with a verified atomic publish (doc/design.md §4, issue 3).
  *
  * Phases (each rank keeps the same order; only the main thread calls MPI):
  *   start-up   MPI_Init, one writer per node (MPI_Comm_split_type)
@@ -604,7 +604,7 @@ static void run_phases(struct run *r)
  * between polls (xfer.c), so every segment left its link idle for about a
  * millisecond: 1 GiB in 1 MiB segments lost ~1 s of 23 at 48 MB/s, and 512
  * KiB segments twice that (measured on the bench cluster, 8 nodes,
- * bench/results/segment-size.md). With the limit above one default segment
+ * doc/performance.md). With the limit above one default segment
  * plus its headers, a segment's bytes leave as soon as it is sent; the chain
  * sends in synchronous mode (MPI_Issend, xfer.c), so a send still completes
  * only once its receive is matched and a hop holds at most its ring. Larger
@@ -723,7 +723,7 @@ int main(int argc, char **argv)
     if (provided < MPI_THREAD_FUNNELED)
         sh_guard_mpi_fatal("start-up", "MPI_THREAD_FUNNELED support", MPI_SUCCESS);
     /* The agent plans N participants; a world of another size means the
-     * launcher wired up something else (DESIGN.md §2 step 5). */
+     * launcher wired up something else (doc/design.md §2 step 5). */
     if (r->o.expect_ranks > 0 && r->wsize != r->o.expect_ranks) {
         if (r->rank == 0)
             fprintf(stderr, "stagehand-bcast: --expect-ranks=%d: the MPI job has "

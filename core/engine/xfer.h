@@ -1,4 +1,4 @@
-/* The data path of stagehand-bcast (DESIGN.md §4): reader threads on the
+/* The data path of stagehand-bcast (doc/design.md §4): reader threads on the
  * reader rank (--read-ahead of them), one writer+hash thread on every
  * participant and the MPI progress loop on the main thread, around a bounded
  * ring of segment buffers.

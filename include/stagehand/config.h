@@ -1,5 +1,5 @@
 /* Site configuration: the plugstack.conf arguments of stagehand.so
- * (DESIGN.md §6), parsed strictly.
+ * (doc/design.md §7), parsed strictly.
  *
  *   required stagehand.so allowed_dest=/nvme:/scratch/local key=value ...
  *
@@ -28,8 +28,8 @@
  * segment_size    engine segment, bytes with unit           1M (measured:
  *                 (K/M/G, KiB/...), > 0 and <= 1 GiB
  *                 (case F09: "4G" is refused)
- * pipeline_depth  segments in flight per node, 1..64        8 bench/results/
- *                                                           segment-size.md)
+ * pipeline_depth  segments in flight per node, 1..64        8 doc/
+ *                                                           performance.md)
  * read_ahead      segments the reading node reads from SRC   4 (or the depth
  *                 at once, 1..pipeline_depth                 if smaller)
  * timeout         overall staging deadline, 1s..24h         600s

@@ -1,5 +1,5 @@
 /* Agent control plane: a k-ary tree of authenticated TCP connections between
- * the agents of one job step (DESIGN.md §2 step 3, F21).
+ * the agents of one job step (doc/design.md §3, F21).
  *
  * Node i (0..N-1, its position in the expanded node list) has parent
  * (i-1)/k and children k*i+1 .. k*i+k; node 0 is the root (a star when

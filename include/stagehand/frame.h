@@ -1,4 +1,4 @@
-/* Authenticated frames of the agent control plane (DESIGN.md §2 step 3, §5).
+/* Authenticated frames of the agent control plane (doc/design.md §3, §6).
  *
  * Wire format (all integers big-endian):
  *

@@ -2,7 +2,7 @@
  *
  * Every syscall that a test needs to fail (read, write, fsync, fallocate,
  * rename, ...) goes through a struct sh_io_ops, so unit tests can inject EINTR,
- * short counts, ENOSPC, EIO or EXDEV (STYLE.md practice 5). Production code
+ * short counts, ENOSPC, EIO or EXDEV. Production code
  * passes NULL or sh_io_default(), which maps straight to the syscalls. */
 #ifndef STAGEHAND_IO_H
 #define STAGEHAND_IO_H

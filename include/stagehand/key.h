@@ -1,4 +1,4 @@
-/* Keys of the agent control plane (DESIGN.md §2 step 3, §5).
+/* Keys of the agent control plane (doc/design.md §3, §6).
  *
  * K_site is a root-only file of >= 32 random bytes. Every job derives
  *   K_job = HMAC-SHA256(K_site, "stagehand/job-key/v1" | cluster | jobid | stepid | uid)

@@ -1,4 +1,4 @@
-/* This node's part of a staging decision (DESIGN.md §2 steps 3-4, §5): the
+/* This node's part of a staging decision (doc/design.md §2 steps 3-4, §6): the
  * source's identity as the job user sees it, the checks of DST's place, the
  * node's vote (current / needs a copy / cannot take it / shared), and the
  * claims running jobs hold on their destinations.

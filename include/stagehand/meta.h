@@ -1,4 +1,4 @@
-/* The metadata record that makes a staged copy "current" (DESIGN.md §2 step 4).
+/* The metadata record that makes a staged copy "current" (doc/design.md §2 step 4).
  *
  * Written only after a verified publish: the source's path, size, mtime and
  * ctime as the reader saw them, the content digest, and DST's own size and

@@ -19,7 +19,7 @@ enum sh_check {
 enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
 
 /* Data-path defaults shared by the engine's command line and the plugstack
- * configuration (measured: bench/results/segment-size.md). */
+ * configuration (measured: doc/performance.md). */
 #define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 19)   /* bytes */
 #define SH_DEFAULT_PIPELINE_DEPTH 8u                  /* segments per rank */
 /* Segments the reading rank reads from SRC at once: one read at a time left

@@ -1,6 +1,6 @@
 /* Embedded PMIx server that launches the engine as one MPI rank of a job
- * spanning the agents (DESIGN.md §2 step 5; measured-facts.md "Wiring up MPI
- * from the prolog").
+ * spanning the agents (doc/design.md §2 step 5; §8 "Wiring up Open MPI
+ * from a foreign PMIx server").
  *
  * One rank per node: rank r runs on node r of the control tree @ctl, which
  * must contain exactly the participating nodes (build a tree over the
@@ -101,7 +101,7 @@ int sh_pmix_make_nspace(uint64_t jobid, char *buf, size_t len);
  * objects; 214 page faults instead of 281 to start and exit), and none of
  * them runs as root: the module is loaded after the drop to the job user.
  * On the emulated cluster this does not shorten the no-op at N=8 measurably
- * (bench/results/history.md).
+ * (doc/performance.md).
  * The module resolves the control-plane, log and RNG functions it calls
  * (sh_ctl_*, sh_log, sh_random_bytes) from the agent executable, which
  * exports them (core/agent/agent.dynlist). */

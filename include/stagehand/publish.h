@@ -1,4 +1,4 @@
-/* Atomic publish of a file under its final name (DESIGN.md §4).
+/* Atomic publish of a file under its final name (doc/design.md §4).
  *
  * Sequence: unique temp name in DST's directory
  * (.<dstname>.stage.<jobid>.<host>.<pid>.tmp) created with

@@ -64,7 +64,7 @@
 /* Longest accepted option value, in bytes. */
 #define SH_SPEC_MAX_VALUE ((size_t)256 * 1024)
 /* Name passed to spank_job_control_setenv(); the prolog sees it with Slurm's
- * "SPANK_" prefix (measured, see notes/measured-facts.md). */
+ * "SPANK_" prefix (measured, doc/design.md §8). */
 #define SH_SPEC_ENV "STAGEHAND_SPEC"
 #define SH_SPEC_PROLOG_ENV "SPANK_" SH_SPEC_ENV
 /* Images given on an srun inside an existing job: staged at step start by

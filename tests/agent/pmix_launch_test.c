@@ -14,7 +14,7 @@
  * after a successful run, requires every %t/dst-<node>.img to equal it
  * (staging with the real engine). -E adds a variable to the engine's
  * otherwise minimal environment. -U NODE gives that node a job user other
- * than the process's identity (the host must refuse, DESIGN.md §5). -R REPS
+ * than the process's identity (the host must refuse, doc/design.md §6). -R REPS
  * runs REPS engine phases in each agent process (one per image). Exit 0 when every agent's sh_pmix_run returned
  * EXPECTED_RC (0 by default; 1 = the run must fail on every node, with a
  * message naming the failed node). */

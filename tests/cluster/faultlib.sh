@@ -22,7 +22,7 @@ wait_job_end() {
     return 1
 }
 
-# Fail when any node is drained, draining, down or failing (DESIGN.md §3:
+# Fail when any node is drained, draining, down or failing (doc/design.md §5:
 # user errors never drain; node faults only under on_node_fault=drain).
 # Waits up to 20 s for a node that is still completing a job of ours.
 assert_no_drain() {

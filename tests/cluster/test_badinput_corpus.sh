@@ -5,12 +5,12 @@
 #   <cmd>: error: stagehand: --stage-image=<value as shown>: <reason>
 # (control bytes and bytes that are not UTF-8 shown as \xHH, and never raw:
 # Slurm does not repeat the value), a non-zero exit,
-# no job created, nothing written anywhere and no node drained (DESIGN.md §3
+# no job created, nothing written anywhere and no node drained (doc/design.md §5
 # first row). Then bad plugstack arguments (private copy of slurm.conf and
 # plugstack.conf via SLURM_CONF, as test_submit_misconfig.sh: the cluster is
 # untouched): refused with "stagehand is misconfigured on this cluster: ...".
-# Then the values only a node can judge (DST's place on the node, DESIGN.md
-# §5): the job fails at step start with the message in its output, no file
+# Then the values only a node can judge (DST's place on the node, doc/design.md
+# §6): the job fails at step start with the message in its output, no file
 # lands outside the allowed root, no node is drained; a DST pre-planted as a
 # symlink is replaced by rename and never followed; legal but odd names
 # (spaces, quotes, non-UTF-8, escaped ':' and ',') stage correctly.

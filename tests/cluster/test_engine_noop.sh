@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Engine: a second run with every copy current moves no data and rewrites
-# nothing (same inode on every node); the summary says so. DESIGN.md §2.4.
+# nothing (same inode on every node); the summary says so. doc/design.md §2 step 4.
 source "$(dirname "$0")/lib.sh"
 
 engine_test_init "eng_noop.$$"

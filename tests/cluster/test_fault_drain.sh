@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# on_node_fault=drain (DESIGN.md §3; cases F18, F31): with the site's policy
+# on_node_fault=drain (doc/design.md §5; cases F18, F31): with the site's policy
 # set to drain, a node fault on one node (its DST filesystem read-only)
 # drains that node and no other, with Slurm's prolog-error reason, and the
 # batch job is requeued and held as Slurm does for a failed prolog; a user

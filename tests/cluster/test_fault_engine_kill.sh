@@ -2,7 +2,7 @@
 # Issue 6 fault matrix, plugin path: the engine is SIGKILLed at ~50% of the
 # transfer (A) on a receiving node, with no earlier copy, and (B) on the
 # reader node, with the complete previous version of DST on every node.
-# Each time (DESIGN.md §3 row 3, §4 last bullet): the job fails at step start
+# Each time (doc/design.md §5 row 3, §4 fault tolerance): the job fails at step start
 # with a message naming the node and the cause, promptly (the killed engine's
 # agent knows at once; the other agents must not wait for the staging
 # deadline); no partial file under DST's name anywhere (A: DST absent,

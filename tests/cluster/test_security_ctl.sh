@@ -2,7 +2,7 @@
 # Issue 6 security: while a job's agents form their control tree, hostile
 # connections to the leader's control port from another node, by a user who
 # does not hold the job key (nobody), are rejected and logged, and the
-# staging is unaffected. DESIGN.md §3 (control plane), §5.
+# staging is unaffected. doc/design.md §3 (control plane), §6.
 #
 # The leader listens only while its tree forms (ctl.c closes the listener
 # once every child has joined), so the test keeps that window open: n3 is

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6 security (DESIGN.md §5): during a staging, on every node the
+# Issue 6 security (doc/design.md §6): during a staging, on every node the
 # engine, its PMIx host and the agent run as the job user (real, effective,
 # saved and filesystem uid and gid; the user's own groups; no capability:
 # issue 30 item 2), never as root; the engine cannot be traced even by its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4, F18 and DESIGN.md §3: the source removed after submit fails the
+# Issue 4, F18 and doc/design.md §5: the source removed after submit fails the
 # job at step start with the message in the job's output; the nodes are not
 # drained and the next job on them works; nothing is written under DST.
 # shellcheck source=tests/cluster/lib.sh disable=SC2016

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A wrong plugstack.conf line (DESIGN.md §3, last row) must not break jobs
+# A wrong plugstack.conf line (doc/design.md §5, plugin-init row) must not break jobs
 # that do not use --stage-image; jobs that do are refused at submit with
 # "stagehand is misconfigured on this cluster: <reason>". Only the client
 # side is changed: sbatch/srun read a private copy of slurm.conf whose

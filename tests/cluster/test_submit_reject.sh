@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Submit-time checks (DESIGN.md §2 step 1, §3 first row; issue 4): every bad
+# Submit-time checks (doc/design.md §2 step 1, §5 first row; issue 4): every bad
 # --stage-image value makes sbatch, srun and salloc exit non-zero with
 #   <cmd>: error: stagehand: --stage-image=<value>: <reason>
 # and no job is created. Cases F17 (FIFO/device), F18 (missing/unreadable),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # An accepted submission hands one canonical, versioned spec of all images to
-# the job (DESIGN.md §2 step 1; issue 4):
+# the job (doc/design.md §2 step 1; issue 4):
 # - repeated and listed --stage-image values accumulate, an identical value is
 #   a no-op (case F27), no DST means <allowed root>/stage/<user>/<basename>;
 # - sbatch/salloc copy the spec into the job environment as

@@ -1,5 +1,5 @@
 /* Metadata record: encode/decode, xattr and sidecar storage, "is current"
- * (DESIGN.md §2 step 4; cases F07, F29). */
+ * (doc/design.md §2 step 4; cases F07, F29). */
 #include "config.h"
 
 #include <check.h>
