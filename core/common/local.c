@@ -401,17 +401,18 @@ void sh_nearest_dir(const char *dst, char *out, size_t len)
 }
 
 
-/* This node's vote for @dst given the source @id. Content checks are left to
+/* This node's vote for @dst given the source @id: sh_meta_dst_current, the
+ * decision the engine repeats under DST's lock. Content checks are left to
  * the engine (it hashes DST); here only the recorded metadata decides. */
 enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *dst,
                           const struct sh_src_id *id, mode_t umask_bits, char *why,
                           size_t whylen)
 {
     enum sh_check check = cfg->check;
+    struct sh_dst_check c = { .check = check, .src = id, .uid = uid,
+                              .umask_bits = umask_bits, .digest = NULL };
     char dir[PATH_MAX], *slash;
-    struct sh_meta rec;
     struct stat sb;
-    const char *reason = "";
     int dirfd, fd, current;
 
     if (sh_dest_check_path(cfg, uid, dst, why, whylen) != 0)
@@ -440,26 +441,18 @@ enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *ds
         close(dirfd);
         return SH_VOTE_NEED;
     }
-    current = sh_meta_load(dirfd, slash + 1, fd, &rec, NULL) == 0 &&
-              sh_meta_is_current(check, id, &sb, uid, &rec, NULL, &reason) == 1;
-    if (!current && check == SH_CHECK_SIZE)
-        current = sh_meta_is_current(check, id, &sb, uid, NULL, NULL, &reason) == 1;
     /* A current copy readable by more users than SRC (an older version made
      * copies 0644) is made private, or copied again (issue 30). */
-    if (current && sh_publish_tighten(fd, &sb, sh_copy_mode(id->mode, umask_bits,
-                                                            sb.st_gid == id->gid)) < 0) {
-        current = 0;
-        reason = "destination is readable by more users than the source and cannot be "
-                 "chmod'ed";
-    }
+    current = sh_meta_dst_current(dirfd, slash + 1, fd, &sb, &c);
     close(fd);
     close(dirfd);
     if (current) {
         snprintf(why, whylen, "current");
         return SH_VOTE_CURRENT;
     }
-    if (reason != NULL && reason[0] != '\0')
-        snprintf(why, whylen, "%s", reason);
+    /* without a record, "needs a copy" says it all */
+    if ((c.have_rec || check == SH_CHECK_SIZE) && c.why[0] != '\0')
+        snprintf(why, whylen, "%s", c.why);
     return SH_VOTE_NEED;
 }
 

@@ -314,3 +314,36 @@ int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
     *why = "metadata match";
     return 1;
 }
+
+int sh_meta_dst_current(int dirfd, const char *name, int fd, const struct stat *st,
+                        struct sh_dst_check *c)
+{
+    uint8_t digest[SH_HASH_MAX_LEN];
+    const uint8_t *dig = NULL;
+    mode_t want;
+    int rc;
+
+    memset(&c->rec, 0, sizeof(c->rec));
+    c->have_rec = c->sidecar = c->tightened = 0;
+    c->why = "";
+    if (fd >= 0 && st != NULL && S_ISREG(st->st_mode) && c->check != SH_CHECK_SIZE &&
+        c->check != SH_CHECK_NEVER &&
+        sh_meta_load(dirfd, name, fd, &c->rec, &c->sidecar) == 0)
+        c->have_rec = 1;
+    if (c->have_rec && c->check == SH_CHECK_CONTENT && c->digest != NULL &&
+        (uint64_t)st->st_size == c->src->size &&
+        c->digest(fd, c->src->size, c->rec.algo, digest) > 0)
+        dig = digest;
+    if (!sh_meta_is_current(c->check, c->src, st, c->uid, c->have_rec ? &c->rec : NULL, dig,
+                            &c->why))
+        return 0;
+    want = sh_copy_mode(c->src->mode, c->umask_bits, st->st_gid == c->src->gid);
+    rc = fd >= 0 ? sh_publish_tighten(fd, st, want) : -1;
+    c->tightened = rc == 1;
+    if (rc < 0 && ((st->st_mode & 0777) & ~want) != 0) {
+        c->why = "destination is readable by more users than the source and cannot be "
+                 "chmod'ed";
+        return 0;
+    }
+    return 1;
+}

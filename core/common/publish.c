@@ -446,6 +446,39 @@ int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
     return 0;
 }
 
+struct sweep_run_ctx {
+    const struct sh_io_ops *io;
+    int dirfd;
+    const char *job, *host;
+    unsigned count;
+};
+
+static void sweep_run_one(const struct tmp_entry *t, void *arg)
+{
+    struct sweep_run_ctx *c = arg;
+
+    if (strcmp(t->job, c->job) == 0 && strcmp(t->host, c->host) == 0 &&
+        ops(c->io)->unlinkat(c->dirfd, t->d_name, 0) == 0)
+        c->count++;
+}
+
+int sh_publish_sweep_run(const struct sh_io_ops *io, int dirfd, const char *name,
+                         const char *jobid, const char *host, unsigned *removed)
+{
+    char job[NAME_MAX + 1], hst[NAME_MAX + 1];
+    struct sweep_run_ctx c = { io, dirfd, job, hst, 0 };
+
+    if (removed != NULL)
+        *removed = 0;
+    if (sanitize(job, sizeof(job), jobid, 1) != 0 || sanitize(hst, sizeof(hst), host, 0) != 0)
+        return -1;
+    if (each_tmp(dirfd, name, sweep_run_one, &c) != 0)
+        return -1;
+    if (removed != NULL)
+        *removed = c.count;
+    return 0;
+}
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;

@@ -152,23 +152,10 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
     }
 }
 
-/* A current DST (@st; @dfd open on it, or -1) whose mode allows more than a
- * new copy's (issue 30: an older version made copies 0644) is made as
- * strict as a new copy would be. Returns true, with the reason in *@why,
- * when that fails: the copy is then made again. */
-static bool looser_than_src(const struct sh_bcast_opts *o, const struct sh_src_id *src,
-                            int dfd, const struct stat *st, const char **why)
+/* DST's digest for sh_meta_dst_current (check=content). */
+static int dst_digest(int fd, uint64_t size, enum sh_hash_algo algo, uint8_t *out)
 {
-    mode_t want = sh_copy_mode(src->mode, o->umask_bits, st->st_gid == src->gid);
-    int rc = dfd >= 0 ? sh_publish_tighten(dfd, st, want) : -1;
-
-    if (rc == 1)
-        sh_info("pre-check", "%s: mode %04o made %04o, as strict as the source's",
-                o->dest, (unsigned)(st->st_mode & 0777), (unsigned)(st->st_mode & want));
-    if (rc >= 0 || ((st->st_mode & 0777) & ~want) == 0)
-        return false;
-    *why = "destination is readable by more users than the source and cannot be chmod'ed";
-    return true;
+    return sh_hash_fd(NULL, fd, size, algo, 8u << 20, out);
 }
 
 /* With the lock held: decide whether this node's copy is current; if not,
@@ -177,14 +164,12 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
                       const struct sh_sched *sched, struct sh_dest *d,
                       struct sh_node_vote *v)
 {
-    struct sh_meta rec;
+    struct sh_dst_check c;
     struct stat st;
     struct statvfs vfs;
     struct statfs sfs;
     const char *why = "";
-    int have_rec = 0, sidecar = 0, have_dst;
-    uint8_t digest[SH_HASH_MAX_LEN];
-    const uint8_t *dig = NULL;
+    int have_dst, current;
     unsigned swept = 0;
     int dfd = -1;
 
@@ -214,31 +199,37 @@ void sh_dest_precheck(const struct sh_bcast_opts *o, const struct sh_src_id *src
                       "publish (e.g. %s/IMAGE.sqsh)", o->dest, o->dest);
         return;
     }
-    if (have_dst && S_ISREG(st.st_mode) && o->check != SH_CHECK_NEVER) {
+    if (have_dst && S_ISREG(st.st_mode) && o->check != SH_CHECK_NEVER)
         dfd = openat(d->dirfd, d->name,
                      O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (dfd >= 0 && o->check != SH_CHECK_SIZE &&
-            sh_meta_load(d->dirfd, d->name, dfd, &rec, &sidecar) == 0)
-            have_rec = 1;
-        if (dfd >= 0 && have_rec && o->check == SH_CHECK_CONTENT &&
-            (uint64_t)st.st_size == src->size &&
-            sh_hash_fd(NULL, dfd, src->size, rec.algo, 8u << 20, digest) > 0)
-            dig = digest;
-    }
-    if (sh_meta_is_current(o->check, src, have_dst ? &st : NULL, geteuid(),
-                           have_rec ? &rec : NULL, dig, &why) &&
-        !looser_than_src(o, src, dfd, &st, &why)) {
+    /* The same decision as the agent's vote (sh_dest_vote), made again here
+     * with DST's lock held: another run may have published DST since the
+     * nodes voted (case F03: this run then finds it current and moves
+     * nothing), and only the engine hashes DST (check=content). */
+    c.check = o->check;
+    c.src = src;
+    c.uid = geteuid();
+    c.umask_bits = o->umask_bits;
+    c.digest = dst_digest;
+    current = sh_meta_dst_current(d->dirfd, d->name, dfd, have_dst ? &st : NULL, &c);
+    why = c.why;
+    if (c.tightened)
+        sh_info("pre-check", "%s: mode %04o made %04o, as strict as the source's", o->dest,
+                (unsigned)(st.st_mode & 0777),
+                (unsigned)(st.st_mode & sh_copy_mode(src->mode, o->umask_bits,
+                                                     st.st_gid == src->gid)));
+    if (current) {
         if (dfd >= 0)
             close(dfd);
         v->vote = SH_VOTE_CURRENT;
         sh_msgf(v->reason, sizeof(v->reason), "%s", why);
-        if (have_rec) {
-            v->algo = (uint32_t)rec.algo;
-            v->digest_len = (int32_t)sh_hash_len(rec.algo);
-            memcpy(v->digest, rec.digest, sizeof(v->digest));
+        if (c.have_rec) {
+            v->algo = (uint32_t)c.rec.algo;
+            v->digest_len = (int32_t)sh_hash_len(c.rec.algo);
+            memcpy(v->digest, c.rec.digest, sizeof(v->digest));
         }
         sh_info("pre-check", "%s is current (%s%s)", o->dest, why,
-                sidecar ? ", metadata from sidecar" : "");
+                c.sidecar ? ", metadata from sidecar" : "");
         sh_publish_unlock(d->lockfd);
         d->lockfd = -1;
         return;

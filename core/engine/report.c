@@ -116,51 +116,61 @@ void sh_report_json(const struct sh_report *r, FILE *out)
     count(r, &copied, &current, &failed, &aborted);
     if (r->digest_len > 0)
         sh_hash_hex(r->digest, (size_t)r->digest_len, hex);
-    fprintf(out, "{\"format\":1,\"status\":\"%s\",\"exit_code\":%d,",
+    /* keys: stagehand/bcast.h */
+#define K(k) "\"" k "\":"
+    fprintf(out, "{" K(SH_BCAST_KEY_FORMAT) "%d," K(SH_BCAST_KEY_STATUS) "\"%s\","
+            K(SH_BCAST_KEY_EXIT_CODE) "%d,", SH_BCAST_REPORT_FORMAT,
             r->exit_code == 0 ? "ok" : "failed", r->exit_code);
-    fputs("\"source\":", out);
+    fputs(K(SH_BCAST_KEY_SOURCE), out);
     sh_json_string(out, r->opts->source);
-    fputs(",\"dest\":", out);
+    fputs("," K(SH_BCAST_KEY_DEST), out);
     sh_json_string(out, r->opts->dest);
-    fprintf(out, ",\"size\":%llu,\"source_ok\":%s,\"source_error\":",
-            (unsigned long long)r->size, r->src_ok ? "true" : "false");
+    fprintf(out, "," K(SH_BCAST_KEY_SIZE) "%llu," K(SH_BCAST_KEY_SOURCE_OK) "%s,"
+            K(SH_BCAST_KEY_SOURCE_ERROR), (unsigned long long)r->size,
+            r->src_ok ? "true" : "false");
     sh_json_string(out, r->src_error);
-    fprintf(out, ",\"algorithm\":\"%s\",\"segment_size\":%llu,"
-            "\"pipeline_depth\":%u,\"read_ahead\":%u,\"check\":\"%s\",\"verify\":\"%s\","
-            "\"hash\":\"%s\",\"digest\":\"%s\",",
+    fprintf(out, "," K(SH_BCAST_KEY_ALGORITHM) "\"%s\"," K(SH_BCAST_KEY_SEGMENT_SIZE) "%llu,"
+            K(SH_BCAST_KEY_PIPELINE_DEPTH) "%u," K(SH_BCAST_KEY_READ_AHEAD) "%u,"
+            K(SH_BCAST_KEY_CHECK) "\"%s\"," K(SH_BCAST_KEY_VERIFY) "\"%s\","
+            K(SH_BCAST_KEY_HASH) "\"%s\"," K(SH_BCAST_KEY_DIGEST) "\"%s\",",
             sh_algorithm_name(r->opts->algorithm),
             (unsigned long long)r->opts->segment, r->opts->depth, r->opts->read_ahead,
             sh_check_name(r->opts->check), sh_verify_name(r->opts->verify),
             sh_hash_name(r->opts->hash), hex);
-    fprintf(out, "\"ranks\":%d,\"nodes\":%d,\"nodes_copied\":%d,"
-            "\"nodes_current\":%d,\"nodes_failed\":%d,\"nodes_not_copied\":%d,"
-            "\"bytes_transferred\":%llu,\"rate_bytes_per_s\":%.0f,\"seconds\":{",
+    fprintf(out, K(SH_BCAST_KEY_RANKS) "%d," K(SH_BCAST_KEY_NODES) "%d,"
+            K(SH_BCAST_KEY_NODES_COPIED) "%d," K(SH_BCAST_KEY_NODES_CURRENT) "%d,"
+            K(SH_BCAST_KEY_NODES_FAILED) "%d," K(SH_BCAST_KEY_NODES_NOT_COPIED) "%d,"
+            K(SH_BCAST_KEY_BYTES_TRANSFERRED) "%llu," K(SH_BCAST_KEY_RATE) "%.0f,"
+            K(SH_BCAST_KEY_SECONDS) "{",
             r->world_size, r->nodes, copied, current, failed, aborted,
             (unsigned long long)r->bytes_transferred, rate(r));
     for (int p = 0; p < SH_PH_COUNT; p++)
         fprintf(out, "\"%s\":%.6f,", sh_phase_name((enum sh_phase)p),
                 r->phase_s[p]);
-    fprintf(out, "\"total\":%.6f},\"lock_wait_s\":%.6f,\"lock_owner\":", r->total_s,
-            r->lock_wait_s);
+    fprintf(out, K(SH_BCAST_KEY_TOTAL) "%.6f}," K(SH_BCAST_KEY_LOCK_WAIT) "%.6f,"
+            K(SH_BCAST_KEY_LOCK_OWNER), r->total_s, r->lock_wait_s);
     sh_json_string(out, r->lock_owner != NULL ? r->lock_owner : "");
-    fprintf(out, ",\"node_results\":[");
+    fputs("," K(SH_BCAST_KEY_NODE_RESULTS) "[", out);
     for (int i = 0; r->results != NULL && i < r->nodes; i++) {
         const struct sh_node_result *n = &r->results[i];
 
-        fprintf(out, "%s{\"node\":", i > 0 ? "," : "");
+        fprintf(out, "%s{" K(SH_BCAST_KEY_NODE), i > 0 ? "," : "");
         sh_json_string(out, n->host);
-        fprintf(out, ",\"rank\":%d,\"status\":\"%s\",\"bytes_written\":%llu,"
-                "\"metadata\":\"%s\",\"errno\":%d,\"exit_class\":%d,\"phase\":",
+        fprintf(out, "," K(SH_BCAST_KEY_RANK) "%d," K(SH_BCAST_KEY_NODE_STATUS) "\"%s\","
+                K(SH_BCAST_KEY_BYTES_WRITTEN) "%llu," K(SH_BCAST_KEY_METADATA) "\"%s\","
+                K(SH_BCAST_KEY_ERRNO) "%d," K(SH_BCAST_KEY_EXIT_CLASS) "%d,"
+                K(SH_BCAST_KEY_PHASE),
                 n->world_rank, status_name(n->status),
                 (unsigned long long)n->bytes_written,
                 n->meta_sidecar ? "sidecar" : "xattr", n->err, n->exit_class);
         sh_json_string(out, n->phase);
-        fputs(",\"error\":", out);
+        fputs("," K(SH_BCAST_KEY_ERROR), out);
         sh_json_string(out, n->reason);
-        fprintf(out, ",\"seconds\":{\"transfer\":%.6f,\"verify\":%.6f,"
-                "\"publish\":%.6f,\"cpu\":%.6f}}", n->transfer_s, n->verify_s,
+        fprintf(out, "," K(SH_BCAST_KEY_SECONDS) "{\"transfer\":%.6f,\"verify\":%.6f,"
+                "\"publish\":%.6f," K(SH_BCAST_KEY_CPU) "%.6f}}", n->transfer_s, n->verify_s,
                 n->publish_s, n->cpu_s);
     }
+#undef K
     fputs("]}\n", out);
 }
 

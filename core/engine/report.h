@@ -8,20 +8,11 @@
 #include <stdio.h>
 
 #include "opts.h"
+#include "stagehand/bcast.h"
 #include "stagehand/hash.h"
 #include "stagehand/modes.h"
 
-/* Exit codes (documented in --help; the agent maps them). */
-#define SH_EXIT_OK 0
-#define SH_EXIT_INTERNAL 1      /* MPI failure, out of memory, bug */
-#define SH_EXIT_USAGE 2
-#define SH_EXIT_SOURCE 3        /* user error: SRC missing/unreadable/changed */
-#define SH_EXIT_DEST 4          /* a node could not stage DST */
-#define SH_EXIT_TIMEOUT 5       /* --timeout reached */
-/* a crash signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) sent by another
- * process of a non-root user, e.g. the job's user: not a crash, so never the
- * node's fault (guard.c: sh_guard_sent_by_user) */
-#define SH_EXIT_KILLED 6
+/* Exit codes SH_EXIT_*: stagehand/bcast.h (the agent reads them too). */
 
 enum sh_vote { SH_VOTE_CURRENT = 0, SH_VOTE_COPY = 1, SH_VOTE_ERROR = 2 };
 
@@ -88,7 +79,8 @@ void sh_msgf(char *buf, size_t len, const char *fmt, ...)
 
 /* Print the human summary to @out. */
 void sh_report_text(const struct sh_report *r, FILE *out);
-/* Print the JSON summary (one object, newline-terminated) to @out:
+/* Print the JSON summary (one object, newline-terminated; its keys are
+ * stagehand/bcast.h's SH_BCAST_KEY_*) to @out:
  *   format (1), status ("ok"|"failed"), exit_code, source, dest, size,
  *   source_ok, source_error, algorithm, segment_size, pipeline_depth,
  *   read_ahead (of the rank that wrote the summary), check,

@@ -21,7 +21,7 @@
  * with this one, 160 pairs of concurrent runs gave no crash, and
  * tests/cluster/test_engine_mpi_startup.sh fails without it. Under the
  * agent's own PMIx server the fence costs one more round over its control
- * tree; the agent's count of start-up fences (stage.c, MPI_INIT_FENCES)
+ * tree; the agent's count of start-up fences (core/agent/launch.c, MPI_INIT_FENCES)
  * still marks "every rank finished MPI_Init". */
 #include "config.h"
 

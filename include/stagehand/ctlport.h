@@ -9,7 +9,7 @@
  * CAP_NET_BIND_SERVICE can bind a port of it, and every listener of a
  * staging is bound by root: by the sentinel, or by the agent before it drops
  * to the job user (its job tree's and one per image for the engine trees;
- * core/agent/stage.c bind_listeners), after which it holds no capability.
+ * core/agent/root.c bind_listener), after which it holds no capability.
  * Every port a job's probing finds
  * taken is therefore held by root (another job's agent or sentinel, or a
  * site service), which a user cannot arrange; a user's process can only

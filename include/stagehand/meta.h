@@ -103,4 +103,35 @@ int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
                        const struct sh_meta *rec, const uint8_t *dst_digest,
                        const char **why);
 
+/* The one decision whether a node's DST is current, shared by the plugin
+ * and the agent (sh_dest_vote, before any lock) and the engine (its
+ * pre-check, under DST's lock). In: the check mode, SRC as seen now, the
+ * running user, the job's umask and, for SH_CHECK_CONTENT, how to hash DST
+ * (@digest: DST's digest with @algo over @size bytes of @fd into @out, > 0
+ * on success; NULL: content is never found current). Out: DST's record
+ * (@have_rec, @sidecar: it came from the sidecar), whether the copy's mode
+ * was tightened, and the reason (a static string). */
+struct sh_dst_check {
+    enum sh_check check;
+    const struct sh_src_id *src;
+    uid_t uid;
+    mode_t umask_bits;
+    int (*digest)(int fd, uint64_t size, enum sh_hash_algo algo, uint8_t *out);
+    struct sh_meta rec;
+    int have_rec;
+    int sidecar;
+    int tightened;
+    const char *why;
+};
+
+/* Is DST @name in @dirfd current (@st: its lstat, NULL when missing; @fd: it
+ * opened read-only, or -1)? Loads its record (not for SH_CHECK_SIZE or
+ * SH_CHECK_NEVER), hashes it for SH_CHECK_CONTENT when the record and size
+ * allow, decides with sh_meta_is_current, and makes a current copy whose
+ * mode allows more than a new copy's (sh_copy_mode) as strict as that
+ * (sh_publish_tighten; issue 30): when that fails it is not current.
+ * Returns 1 (current) or 0, the details in @c. */
+int sh_meta_dst_current(int dirfd, const char *name, int fd, const struct stat *st,
+                        struct sh_dst_check *c);
+
 #endif

@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "stagehand/bcast.h"
 #include "stagehand/ctl.h"
 
 struct sh_pmix_cfg {
@@ -60,9 +61,9 @@ struct sh_pmix_cfg {
 };
 
 /* The engine's exit status for a crash signal another process of a user
- * sent it (SH_EXIT_KILLED in core/engine/report.h): no crash, never the
- * node's fault (security issue 30). */
-#define SH_ENGINE_EXIT_KILLED 6
+ * sent it (stagehand/bcast.h): no crash, never the node's fault (security
+ * issue 30). */
+#define SH_ENGINE_EXIT_KILLED SH_EXIT_KILLED
 
 struct sh_pmix_outcome {
     int local_status;            /* waitpid status of our engine, -1 never ran */

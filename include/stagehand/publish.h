@@ -116,6 +116,16 @@ int sh_publish_buffer(const struct sh_io_ops *io, int dirfd, const char *name,
 int sh_publish_sweep(const struct sh_io_ops *io, int dirfd, const char *name,
                      const char *host, uint64_t max_age_s, unsigned *removed);
 
+/* Remove the temp files of @name in @dirfd that run @jobid on @host left
+ * (sh_publish_tmpname's names, with any pid): what a killed engine of this
+ * node leaves (SIGKILL gives it no chance to), removed by the job's agent
+ * once every engine of the run has ended. Never follows a link (unlinkat(2)
+ * on names read from the directory). Stores the number removed in @removed
+ * (may be NULL). Returns 0, or -1 with errno EINVAL/ENAMETOOLONG (a field
+ * as for sh_publish_tmpname) or from dup(2)/fdopendir(3)/readdir(3). */
+int sh_publish_sweep_run(const struct sh_io_ops *io, int dirfd, const char *name,
+                         const char *jobid, const char *host, unsigned *removed);
+
 /* Take the per-DST exclusive lock: flock(2) on ".<name>.lock" in @dirfd
  * (created mode 0600 if missing). Waits at most @timeout_ns nanoseconds
  * (case F03). A lock taken on a file that its previous holder removed

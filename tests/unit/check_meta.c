@@ -274,6 +274,108 @@ START_TEST(store_load_xattr_and_sidecar)
 }
 END_TEST
 
+static uint8_t want_digest[SH_HASH_MAX_LEN];
+
+static int digest_same(int fd, uint64_t size, enum sh_hash_algo algo, uint8_t *out)
+{
+    (void)fd;
+    (void)size;
+    memcpy(out, want_digest, sh_hash_len(algo));
+    return (int)sh_hash_len(algo);
+}
+
+static int digest_other(int fd, uint64_t size, enum sh_hash_algo algo, uint8_t *out)
+{
+    (void)fd;
+    (void)size;
+    memset(out, 0x5a, sh_hash_len(algo));
+    return (int)sh_hash_len(algo);
+}
+
+/* The one decision whether DST is current (the agent's vote and the
+ * engine's pre-check both call it): record, size, content through the
+ * caller's hash, and a looser copy made as strict as a new one (issue 30). */
+START_TEST(dst_current_decides)
+{
+    struct sh_dst_check c;
+    struct sh_meta rec;
+    struct sh_src_id src;
+    struct stat st;
+    int fd = openat(dirfd_, "img", O_RDWR | O_CREAT | O_TRUNC, 0644);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "hello", 5), 5);
+    ck_assert_int_eq(fchmod(fd, 0644), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    sample(&rec);
+    rec.src.size = 5;
+    rec.dst_size = 5;
+    rec.dst_mtime = sh_ts_from(&st.st_mtim);
+    ck_assert_int_eq(sh_meta_store_sidecar(NULL, dirfd_, "img", "1", "n1", &rec), 0);
+    src = rec.src;
+    src.mode = 0600;
+    src.gid = (uint32_t)st.st_gid;
+    memcpy(want_digest, rec.digest, sizeof(want_digest));
+    memset(&c, 0, sizeof(c));
+    c.check = SH_CHECK_META;
+    c.src = &src;
+    c.uid = geteuid();
+    c.umask_bits = 022;
+
+    /* metadata match: current, record from the sidecar, 0644 made 0600 */
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    ck_assert_int_eq(c.have_rec, 1);
+    ck_assert_int_eq(c.sidecar, 1);
+    ck_assert_int_eq(c.tightened, 1);
+    ck_assert_str_eq(c.why, "metadata match");
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_uint_eq(st.st_mode & 0777, 0600);
+    /* as strict already: nothing to change */
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    ck_assert_int_eq(c.tightened, 0);
+
+    /* content: the caller's hash decides; without one, never current */
+    c.check = SH_CHECK_CONTENT;
+    c.digest = digest_same;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    c.digest = digest_other;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+    ck_assert_str_eq(c.why, "destination content does not match its recorded digest");
+    c.digest = NULL;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+
+    /* the source changed since */
+    c.check = SH_CHECK_META;
+    src.mtime.sec++;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+    ck_assert_str_eq(c.why, "source changed since the destination was staged");
+    src.mtime.sec--;
+
+    /* no record: check=size still decides by size, check=meta never */
+    ck_assert_int_eq(sh_meta_remove_sidecar(dirfd_, "img"), 0);
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+    ck_assert_int_eq(c.have_rec, 0);
+    ck_assert_str_eq(c.why, "no stagehand metadata on destination");
+    c.check = SH_CHECK_SIZE;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    ck_assert_int_eq(c.have_rec, 0);
+
+    /* a looser copy that cannot be tightened (no fd here) is copied again */
+    ck_assert_int_eq(fchmod(fd, 0644), 0);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", -1, &st, &c), 0);
+    ck_assert_str_eq(c.why, "destination is readable by more users than the source and "
+                            "cannot be chmod'ed");
+
+    /* missing DST, check=never */
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, NULL, &c), 0);
+    ck_assert_str_eq(c.why, "destination missing");
+    c.check = SH_CHECK_NEVER;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+    close(fd);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("meta");
@@ -288,6 +390,7 @@ int main(void)
     suite_add_tcase(s, tc);
     tcase_add_checked_fixture(tf, setup, teardown);
     tcase_add_test(tf, store_load_xattr_and_sidecar);
+    tcase_add_test(tf, dst_current_decides);
     suite_add_tcase(s, tf);
     return sh_check_run(s);
 }

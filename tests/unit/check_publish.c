@@ -365,6 +365,64 @@ START_TEST(sweep_stale)
 }
 END_TEST
 
+/* case F06: the agent removes what its own killed engine left: the temp
+ * files of this job on this node, whatever their pid or age; never another
+ * job's or node's, another DST's, a name that is not a temp file, or a link's
+ * target */
+START_TEST(sweep_run_own)
+{
+    char name[NAME_MAX + 1], path[PATH_MAX];
+    unsigned removed = 99;
+    int fd;
+
+    ck_assert_int_eq(sh_publish_tmpname("img", "57", "n1", 4242, name, sizeof(name)), 0);
+    write_file(name, "x");                              /* this run, named by publish.c */
+    write_file(".img.stage.57.n1.1.tmp", "x");          /* this run, another pid */
+    write_file(".img.stage.58.n1.2.tmp", "x");          /* another job */
+    write_file(".img.stage.57.n2.3.tmp", "x");          /* another node */
+    write_file(".img.stage.570.n1.4.tmp", "x");         /* a job id that only starts so */
+    write_file(".other.stage.57.n1.5.tmp", "x");        /* another DST */
+    write_file(".img.stage.57.n1.notapid.tmp", "x");    /* not a temp name */
+    write_file("img", "keep");
+    snprintf(path, sizeof(path), "%s/target", dir);
+    write_file("target", "keep");
+    ck_assert_int_eq(symlinkat(path, dirfd_, ".img.stage.57.n1.6.tmp"), 0);
+    ck_assert_int_eq(sh_publish_sweep_run(NULL, dirfd_, "img", "57", "n1", &removed), 0);
+    ck_assert_uint_eq(removed, 3);
+    ck_assert_int_eq(faccessat(dirfd_, name, F_OK, AT_SYMLINK_NOFOLLOW), -1);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stage.57.n1.1.tmp", F_OK, 0), -1);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stage.57.n1.6.tmp", F_OK, AT_SYMLINK_NOFOLLOW),
+                     -1);
+    assert_content("target", "keep");           /* the link went, not its target */
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stage.58.n1.2.tmp", F_OK, 0), 0);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stage.57.n2.3.tmp", F_OK, 0), 0);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stage.570.n1.4.tmp", F_OK, 0), 0);
+    ck_assert_int_eq(faccessat(dirfd_, ".other.stage.57.n1.5.tmp", F_OK, 0), 0);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.stage.57.n1.notapid.tmp", F_OK, 0), 0);
+    assert_content("img", "keep");
+
+    /* a job id with '.' and '/' is matched as sh_publish_tmpname writes it */
+    ck_assert_int_eq(sh_publish_tmpname("img", "9.1/x", "n1", 7, name, sizeof(name)), 0);
+    write_file(name, "x");
+    ck_assert_int_eq(sh_publish_sweep_run(NULL, dirfd_, "img", "9.1/x", "n1", &removed), 0);
+    ck_assert_uint_eq(removed, 1);
+    ck_assert_int_eq(faccessat(dirfd_, name, F_OK, 0), -1);
+
+    /* nothing to remove; bad fields */
+    ck_assert_int_eq(sh_publish_sweep_run(NULL, dirfd_, "img", "57", "n1", &removed), 0);
+    ck_assert_uint_eq(removed, 0);
+    errno = 0;
+    ck_assert_int_eq(sh_publish_sweep_run(NULL, dirfd_, "img", "", "n1", NULL), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    fd = open("/dev/null", O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    errno = 0;
+    ck_assert_int_eq(sh_publish_sweep_run(NULL, fd, "img", "57", "n1", NULL), -1);
+    ck_assert_int_ne(errno, 0);
+    close(fd);
+}
+END_TEST
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -718,6 +776,7 @@ int main(void)
     tcase_add_test(tc, planted_symlink_refused);
     tcase_add_test(tc, tmpname_rules);
     tcase_add_test(tc, sweep_stale);
+    tcase_add_test(tc, sweep_run_own);
     tcase_add_test(tc, lock_bounded_wait);
     tcase_add_test(tc, lock_owner_from_temp);
     tcase_add_test(tc, lock_symlink_refused);

@@ -1,0 +1,509 @@
+/* stagehand-agent --prolog: the engine's launch. On the nodes that take
+ * part in an image's copy: join the image's own control tree, agree on a
+ * PMIx namespace, and run the engine (stagehand-bcast) under the embedded
+ * PMIx server (stagehand/pmix_host.h) with its environment (engine_env;
+ * the site's part, mpi_env, read as root by root_setup), its output in the
+ * runtime directory; then classify how it ended. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "staging.h"
+#include "stagehand/bcast.h"
+#include "stagehand/clock.h"
+#include "stagehand/hash.h"
+#include "stagehand/log.h"
+#include "stagehand/modes.h"
+#include "stagehand/pmix_host.h"
+
+/* Read the site's mpi_env file (plugstack mpi_env=; F22: transport and
+ * interface selection for the engine): "KEY=VALUE" lines, '#' comments and
+ * blank lines. Only OMPI_MCA_*, UCX_* and PMIX_MCA_* keys are accepted, so
+ * the file cannot change anything but the MPI stack. Read as root (an
+ * admin's file). Returns 0, or -1 with the reason in @err. */
+int load_mpi_env(struct agent *a, char *err, size_t errlen)
+{
+    static const char *const prefixes[] = { "OMPI_MCA_", "UCX_", "PMIX_MCA_" };
+    char line[1024];
+    int lineno = 0;
+    FILE *f;
+
+    if (a->cfg.mpi_env[0] == '\0')
+        return 0;
+    f = fopen(a->cfg.mpi_env, "re");
+    if (f == NULL) {
+        snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s: %s",
+                 a->cfg.mpi_env, strerror(errno));
+        return -1;
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        char *p = line, *eq;
+        size_t klen;
+        bool known = false;
+
+        lineno++;
+        line[strcspn(line, "\n")] = '\0';
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (*p == '\0' || *p == '#')
+            continue;
+        eq = strchr(p, '=');
+        klen = eq != NULL ? (size_t)(eq - p) : 0;
+        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+            known = known || (klen > strlen(prefixes[i]) &&
+                              strncmp(p, prefixes[i], strlen(prefixes[i])) == 0);
+        for (size_t i = 0; known && i < klen; i++)
+            known = (p[i] >= 'A' && p[i] <= 'Z') || (p[i] >= 'a' && p[i] <= 'z') ||
+                    (p[i] >= '0' && p[i] <= '9') || p[i] == '_';
+        for (const char *v = eq != NULL ? eq + 1 : ""; known && *v != '\0'; v++)
+            known = (unsigned char)*v >= 0x20 && *v != 0x7f;
+        if (!known || a->n_mpi_env >= MAX_MPI_ENV) {
+            snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s "
+                     "line %d: %s", a->cfg.mpi_env, lineno,
+                     a->n_mpi_env >= MAX_MPI_ENV ? "more than 64 settings"
+                     : "expected KEY=VALUE with an OMPI_MCA_, UCX_ or PMIX_MCA_ key");
+            fclose(f);
+            return -1;
+        }
+        a->mpi_env[a->n_mpi_env] = strdup(p);
+        if (a->mpi_env[a->n_mpi_env] == NULL) {
+            snprintf(err, errlen, "out of memory");
+            fclose(f);
+            return -1;
+        }
+        a->n_mpi_env++;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Is "KEY=" set by the site's mpi_env? */
+static bool mpi_env_has(const struct agent *a, const char *key)
+{
+    size_t len = strlen(key);
+
+    for (int i = 0; i < a->n_mpi_env; i++)
+        if (strncmp(a->mpi_env[i], key, len) == 0 && a->mpi_env[i][len] == '=')
+            return true;
+    return false;
+}
+
+/* PMIx fences Open MPI 4.1's MPI_Init performs (the modex and the closing
+ * barrier). The engine's own barrier right after MPI_Init (engine/wireup.c)
+ * and MPI_Finalize's come after these. */
+#define MPI_INIT_FENCES 2
+
+/* The line our engine wrote to its log (@path) when a user's process sent
+ * it a crash signal (SH_ENGINE_EXIT_KILLED): what follows the engine's tag
+ * "[signal] ", up to the line's end, into @buf ("" when there is none). */
+static void engine_killed_line(const char *path, char *buf, size_t len)
+{
+    static const char tag[] = "stagehand-bcast: [signal] ";
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *p = strstr(line, tag);
+
+        if (p != NULL) {
+            p += sizeof(tag) - 1;
+            snprintf(buf, len, "%.*s", (int)strcspn(p, ";\n"), p);
+        }
+    }
+    fclose(f);
+}
+
+/* waitpid(2) status @st: killed by a signal that means a crash (not one
+ * sent to stop it: SIGTERM/SIGKILL come from the deadline, from a peer's
+ * failure, or from outside). */
+static bool crash_signal(int st)
+{
+    return WIFSIGNALED(st) &&
+           (WTERMSIG(st) == SIGSEGV || WTERMSIG(st) == SIGBUS || WTERMSIG(st) == SIGILL ||
+            WTERMSIG(st) == SIGABRT || WTERMSIG(st) == SIGFPE);
+}
+
+/* An engine died of a crash signal before MPI_Init completed on every node:
+ * nothing was read or written yet, so one retry with a fresh namespace is
+ * worth it. Every agent sees the same outcome, so all decide alike. The
+ * crash this retry was written for (Open MPI 4.1.4 segfaulting in MPI_Init)
+ * was later traced to srun launches, where Slurm 22.05 completes MPI_Init's
+ * closing fence on each node alone (engine/wireup.c); this agent's fences
+ * span all nodes, so here the retry is a safety net. Returns the crashing
+ * node's index or -1. */
+static int startup_crash(const struct sh_pmix_outcome *po, int *sig)
+{
+    if (po->fences >= MPI_INIT_FENCES || po->node_status == NULL)
+        return -1;
+    for (uint32_t i = 0; i < po->nnodes; i++) {
+        int st = po->node_status[i];
+
+        if (st >= 0 && crash_signal(st)) {
+            *sig = WTERMSIG(st);
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+/* The engine's namespace from the sub-tree's root (@nspace there, NULL
+ * elsewhere), and every participant's readiness: @unready is why this node
+ * cannot run an engine ("" when it can). Returns 0 with the namespace in *@ns
+ * (malloc'ed). Returns -1 with errno 0 when a participant is not ready: @err
+ * names it and its reason, the same text on every participant; or -1 with
+ * errno as sh_ctl_allgather, or EPROTO for no namespace, and @err saying
+ * so. */
+static int exchange_nspace(struct sh_ctl *sub, const char *nspace, const char *unready,
+                           char **ns, int64_t deadline, char *err, size_t errlen)
+{
+    struct sh_ctl_result res;
+    const char *mine = unready[0] != '\0' ? unready : nspace != NULL ? nspace : "";
+    size_t o = 0;
+    int e;
+
+    memset(&res, 0, sizeof(res));
+    if (sh_ctl_allgather(sub, unready[0] != '\0' ? TAG_UNREADY : TAG_READY, mine,
+                         (uint32_t)strlen(mine) + 1, deadline, &res) != 0) {
+        e = errno;
+        snprintf(err, errlen, "PMIx namespace exchange: %s", strerror(e));
+        errno = e;
+        return -1;
+    }
+    err[0] = '\0';
+    for (uint32_t i = 0; i < res.nnodes && o + 1 < errlen; i++) {
+        const struct sh_ctl_entry *en = &res.entry[i];
+
+        if (en->state == SH_CTL_OK && en->tag == TAG_UNREADY && en->len > 0 &&
+            en->data[en->len - 1] == '\0') {
+            int n = snprintf(err + o, errlen - o, "%s%s: %s", o > 0 ? "; " : "",
+                             sh_ctl_name(sub, i), (const char *)en->data);
+            o = n > 0 ? o + (size_t)n : o;
+        }
+    }
+    if (o > 0) {
+        sh_ctl_result_free(&res);
+        errno = 0;
+        return -1;
+    }
+    if (res.nnodes == 0 || res.entry[0].state != SH_CTL_OK || res.entry[0].len < 2 ||
+        res.entry[0].data[res.entry[0].len - 1] != '\0') {
+        sh_ctl_result_free(&res);
+        snprintf(err, errlen, "PMIx namespace: none from %s", sh_ctl_name(sub, 0));
+        errno = EPROTO;
+        return -1;
+    }
+    *ns = (char *)res.entry[0].data;
+    res.entry[0].data = NULL;
+    res.entry[0].len = 0;
+    sh_ctl_result_free(&res);
+    return 0;
+}
+
+void engine_report_path(const struct agent *a, size_t img, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/engine.%zu.json", a->rundir, img);
+}
+
+/* Join image @img's engine tree of the @npart participants @names (this
+ * node is @mypos) into *@sub. Returns 0, or -1 with @err set. */
+static int engine_tree_join(struct agent *a, size_t img, const char **names, uint32_t npart,
+                            uint32_t mypos, struct sh_ctl **sub, char *err, size_t errlen)
+{
+    struct sh_ctl_cfg cc;
+
+    memset(&cc, 0, sizeof(cc));
+    cc.nnodes = npart;
+    cc.index = mypos;
+    cc.fanout = a->cfg.fanout;
+    cc.names = names;
+    cc.port_base = a->cfg.port_base;
+    cc.port_range = a->cfg.port_range;
+    cc.jobid = a->in.jobid;
+    cc.stepid = image_tree_step(a, img);
+    cc.kjob = a->kjob;
+    /* The job's listener (bind_listener), with the job's ports. */
+    if (tree_listener(a, &cc, err, errlen) != 0) {
+        char why[SH_STATUS_LINE_MAX];
+
+        snprintf(why, sizeof(why), "%s", err);
+        snprintf(err, errlen, "engine control tree: %.3000s", why);
+        return -1;
+    }
+    cc.port_stepid_set = true;
+    cc.port_stepid = a->in.stepid;
+    if (sh_ctl_join(&cc, a->deadline, sub) != 0) {
+        snprintf(err, errlen, "engine control tree: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The engine's command line: its options from the site's configuration, in
+ * @e's buffers. SRC and DST go in the environment, not on the command line
+ * that every user of the node can read (stagehand/bcast.h). */
+struct engine_cmd {
+    char segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16], dirmode[16];
+    char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64];
+    char env_tmp[PATH_MAX + 8], env_src[PATH_MAX + 32], env_dst[PATH_MAX + 32];
+    const char *argv[32];
+    const char *envp[7 + MAX_MPI_ENV + 3 + 1];
+};
+
+static void engine_argv(const struct agent *a, uint32_t npart, struct engine_cmd *e)
+{
+    uint64_t secs = (uint64_t)((a->deadline - sh_now_ns()) / 1000000000);
+    size_t n = 0;
+
+    if (secs < 1)
+        secs = 1;
+    snprintf(e->segsz, sizeof(e->segsz), "%" PRIu64, a->cfg.segment_size);
+    snprintf(e->ranks, sizeof(e->ranks), "%u", npart);
+    snprintf(e->stall, sizeof(e->stall), "%" PRIu64 "ms", a->cfg.stall_timeout_ns / 1000000);
+    snprintf(e->depth, sizeof(e->depth), "%u", a->cfg.pipeline_depth);
+    snprintf(e->rahead, sizeof(e->rahead), "%u", a->cfg.read_ahead);
+    snprintf(e->dirmode, sizeof(e->dirmode), "%04o", a->cfg.dest_dir_mode);
+    snprintf(e->tmo, sizeof(e->tmo), "%" PRIu64 "s", secs);
+    e->argv[n++] = a->cfg.engine;
+    e->argv[n++] = "--check";
+    e->argv[n++] = sh_check_name(a->cfg.check);
+    e->argv[n++] = "--hash";
+    e->argv[n++] = sh_hash_name(a->cfg.hash);
+    e->argv[n++] = "--segment-size";
+    e->argv[n++] = e->segsz;
+    e->argv[n++] = "--pipeline-depth";
+    e->argv[n++] = e->depth;
+    e->argv[n++] = "--read-ahead";
+    e->argv[n++] = e->rahead;
+    e->argv[n++] = "--timeout";
+    e->argv[n++] = e->tmo;
+    e->argv[n++] = "--json";
+    e->argv[n++] = "--expect-ranks";
+    e->argv[n++] = e->ranks;
+    e->argv[n++] = "--stall-timeout";
+    e->argv[n++] = e->stall;
+    e->argv[n++] = "--dir-mode";
+    e->argv[n++] = e->dirmode;
+    e->argv[n++] = "--untraceable";
+    e->argv[n] = NULL;
+}
+
+/* The engine's environment, into @e->envp: SRC and DST (stagehand/bcast.h),
+ * what Open MPI needs of Slurm's, the runtime directory as TMPDIR, then the
+ * site's mpi_env settings and the defaults it left unset. */
+static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
+{
+    /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
+     * under a foreign PMIx server (doc/design.md §8); the site's
+     * mpi_env settings come next; ob1 over TCP is the default where the
+     * site chose no transport. */
+    static const char *const dflt[][2] = {
+        { "OMPI_MCA_pml", "OMPI_MCA_pml=ob1" },
+        { "OMPI_MCA_btl", "OMPI_MCA_btl=self,vader,tcp" },
+        { "OMPI_MCA_btl_base_warn_component_unused",
+          "OMPI_MCA_btl_base_warn_component_unused=0" },
+    };
+    size_t ne = 0;
+
+    snprintf(e->env_jobid, sizeof(e->env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
+    snprintf(e->env_jobid2, sizeof(e->env_jobid2), "SLURM_JOB_ID=%" PRIu64, a->in.jobid);
+    snprintf(e->env_nodelist, sizeof(e->env_nodelist), "SLURM_NODELIST=%s", a->in.nodelist);
+    snprintf(e->env_step, sizeof(e->env_step), "SLURM_STEP_ID=%zu", img);
+    snprintf(e->env_tmp, sizeof(e->env_tmp), "TMPDIR=%s", a->rundir);
+    snprintf(e->env_src, sizeof(e->env_src), "%s=%s", SH_BCAST_SOURCE_ENV,
+             sh_spec_set_src(a->specs, img));
+    snprintf(e->env_dst, sizeof(e->env_dst), "%s=%s", SH_BCAST_DEST_ENV,
+             sh_spec_set_dst(a->specs, img));
+    e->envp[ne++] = e->env_src;
+    e->envp[ne++] = e->env_dst;
+    e->envp[ne++] = e->env_jobid;
+    e->envp[ne++] = e->env_jobid2;
+    e->envp[ne++] = e->env_nodelist;
+    e->envp[ne++] = e->env_step;
+    e->envp[ne++] = e->env_tmp;
+    for (int i = 0; i < a->n_mpi_env; i++)
+        e->envp[ne++] = a->mpi_env[i];
+    for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++)
+        if (!mpi_env_has(a, dflt[i][0]))
+            e->envp[ne++] = dflt[i][1];
+    e->envp[ne] = NULL;
+}
+
+/* Run the engine of @pc once with its stdout (the JSON summary) and stderr
+ * (its log) in the files @outpath and @logpath of the runtime directory, not
+ * in our pipe to the plugin. Returns px->run's result, its errno in
+ * *@run_errno. */
+static int engine_exec(const struct sh_pmix_ops *px, const struct sh_pmix_cfg *pc,
+                       const char *outpath, const char *logpath,
+                       struct sh_pmix_outcome *po, int *run_errno)
+{
+    int outfd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int logfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int saved_out = dup(STDOUT_FILENO), saved_err = dup(STDERR_FILENO);
+    int rc;
+
+    if (outfd >= 0) {
+        dup2(outfd, STDOUT_FILENO);
+        close(outfd);
+    }
+    if (logfd >= 0) {
+        dup2(logfd, STDERR_FILENO);
+        close(logfd);
+    }
+    memset(po, 0, sizeof(*po));
+    rc = px->run(pc, po);
+    *run_errno = errno;
+    if (saved_out >= 0) {
+        dup2(saved_out, STDOUT_FILENO);
+        close(saved_out);
+    }
+    if (saved_err >= 0) {
+        dup2(saved_err, STDERR_FILENO);
+        close(saved_err);
+    }
+    return rc;
+}
+
+/* After a failed run (@po, px->run's errno @run_errno): the error into
+ * @err, *@outcome when it names every node, and this node's own fault. */
+static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outcome *po,
+                          int run_errno, const char *logpath, bool *outcome, char *err,
+                          size_t errlen)
+{
+    int sig = 0;
+
+    if (po->local_status >= 0 && WIFEXITED(po->local_status) &&
+        WEXITSTATUS(po->local_status) == SH_ENGINE_EXIT_KILLED) {
+        /* a crash signal from a process of the user (the engine is
+         * theirs): the job's error, never a node fault, no restart */
+        char line[256];
+
+        engine_killed_line(logpath, line, sizeof(line));
+        snprintf(err, errlen, "engine %s", line[0] != '\0' ? line :
+                 "killed by a crash signal a user's process sent, not a crash");
+        sh_error("stage", "job %" PRIu64 " user %s: %s: the engine on this node was %s "
+                 "(a crash signal from a user's process: the job's failure, not the "
+                 "node's)", a->in.jobid, a->in.user, sh_spec_set_dst(a->specs, img),
+                 line[0] != '\0' ? line : "killed by a crash signal a user's process sent");
+        *outcome = false;
+        return;
+    }
+    /* this node's fault (on_node_fault): our own engine crashed, or
+     * could not be executed here (exit 127: missing or broken
+     * installation); a kill (deadline, a peer's failure) is not */
+    if (po->local_status >= 0)
+        a->own_fault = a->own_fault ||
+                       (run_errno == EIO && crash_signal(po->local_status) &&
+                        startup_crash(po, &sig) < 0) ||
+                       (WIFEXITED(po->local_status) &&
+                        WEXITSTATUS(po->local_status) == 127);
+    /* the outcome names every node already */
+    *outcome = po->message[0] != '\0';
+    snprintf(err, errlen, "%s", po->message[0] != '\0' ? po->message : strerror(run_errno));
+}
+
+/* Run the engine for one image on the participants. @part lists node
+ * indices (node 0 first); this node is @part[mypos]. */
+int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart,
+               uint32_t mypos, bool *outcome, char *err, size_t errlen)
+{
+    struct engine_cmd cmd;
+    struct sh_ctl *sub = NULL;
+    struct sh_pmix_outcome po;
+    const struct sh_pmix_ops *px;
+    const char **names = NULL;
+    char nspace[128] = "", outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
+    char lerr[512] = "";
+    char *ns = NULL;
+    int rc = -1, attempt = 0, crashed, sig = 0, run_errno = 0;
+
+    /* This node runs an engine: now, and only now, the PMIx host. A node
+     * that cannot load it still joins the engine's tree and says so in the
+     * namespace exchange below, so the others stop at once instead of
+     * waiting for its engine until the staging deadline. */
+    px = sh_pmix_load(lerr, sizeof(lerr));
+    if (px == NULL)
+        a->own_fault = true; /* this node's installation */
+    names = calloc(npart, sizeof(*names));
+    if (names == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t i = 0; i < npart; i++)
+        names[i] = a->names[part[i]];
+    if (engine_tree_join(a, img, names, npart, mypos, &sub, err, errlen) != 0)
+        goto out;
+again:
+    free(ns);
+    ns = NULL;
+    if (mypos == 0 && px != NULL &&
+        px->make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0)
+        snprintf(lerr, sizeof(lerr), "PMIx namespace: %s", strerror(errno));
+    if (exchange_nspace(sub, mypos == 0 ? nspace : NULL, lerr, &ns, a->deadline, err,
+                        errlen) != 0) {
+        *outcome = errno == 0; /* the same text on every participant */
+        goto out;
+    }
+    if (px == NULL) { /* its entry reached the root too late: failed all the same */
+        snprintf(err, errlen, "%s", lerr);
+        goto out;
+    }
+
+    snprintf(pmixdir, sizeof(pmixdir), "%s/pmix.%zu.%d", a->rundir, img, attempt);
+    if (mkdir(pmixdir, 0700) != 0 && errno != EEXIST) {
+        a->own_fault = node_fault_errno(errno);
+        snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
+        goto out;
+    }
+    engine_argv(a, npart, &cmd);
+    engine_env(a, img, &cmd);
+    {
+        struct sh_pmix_cfg pc = {
+            .ctl = sub,
+            .nspace = (const char *)ns,
+            .hosts = names,
+            .tmpdir = pmixdir,
+            .uid = a->in.uid,
+            .gid = a->in.gid,
+            .argv = cmd.argv,
+            .envp = cmd.envp,
+            .deadline_ns = a->deadline,
+            .kill_grace_ns = 0,
+            .close_fd = a->listener, /* the host process serves no tree */
+        };
+
+        /* PMIx gets a directory of its own (it cleans it up). */
+        engine_report_path(a, img, outpath, sizeof(outpath));
+        snprintf(logpath, sizeof(logpath), "%s/engine.%zu.log", a->rundir, img);
+        rc = engine_exec(px, &pc, outpath, logpath, &po, &run_errno);
+        if (rc != 0 && run_errno == EIO && attempt == 0 &&
+            (crashed = startup_crash(&po, &sig)) >= 0 &&
+            a->deadline - sh_now_ns() > 10 * (int64_t)1000000000) {
+            sh_warn("stage", "%s: the engine on node %s died of signal %d while MPI "
+                    "started (before any data moved): starting it again on every node",
+                    sh_spec_set_dst(a->specs, img), names[crashed], sig);
+            px->outcome_free(&po);
+            attempt++;
+            goto again;
+        }
+        if (rc != 0)
+            engine_failed(a, img, &po, run_errno, logpath, outcome, err, errlen);
+        px->outcome_free(&po);
+    }
+out:
+    free(ns);
+    sh_ctl_close(sub);
+    free(names);
+    return rc;
+}

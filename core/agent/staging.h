@@ -1,0 +1,160 @@
+/* stagehand-agent --prolog: what its files share (private to core/agent).
+ *
+ *   stage.c     the process: inputs, log sinks, the job's control tree, the
+ *               loop over images and the outcome on the plugin's pipe
+ *   root.c      the root-only set-up, then the privilege drop
+ *   default_dir.c  the per-user default destination directory (as root)
+ *   protocol.c  the per-image protocol: SRC check, votes, plan, engine
+ *               phase, results, outcome (stage_image_run)
+ *   dst.c       node-local DST housekeeping: markers, claims, temp files
+ *               of a killed engine, the digest check after a copy
+ *   launch.c    the engine's launch under the embedded PMIx server, and
+ *               its environment (with the site's mpi_env file)
+ *   outcome.c   the engine's outcome: its --json report, read with json-c
+ *               (engine_report.h), as messages and node faults */
+#ifndef STAGEHAND_AGENT_STAGING_H
+#define STAGEHAND_AGENT_STAGING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <limits.h>
+#include <sys/types.h>
+
+#include "stagehand/agentio.h"
+#include "stagehand/config.h"
+#include "stagehand/ctl.h"
+#include "stagehand/key.h"
+#include "stagehand/kv.h"
+#include "stagehand/spec.h"
+#include "stagehand/status.h"
+
+#define MAX_ARGS 64
+#define MAX_MPI_ENV 64
+#define STEP_JOB SH_AGENT_STEP_JOB
+
+/* Control-plane message tags. */
+enum { TAG_SRC = 1, TAG_VOTE = 2, TAG_RESULT = 3, TAG_READY = 4, TAG_UNREADY = 5 };
+
+struct agent_in {
+    unsigned proto;
+    uint64_t jobid;
+    uint64_t stepid;        /* STEP_JOB for the job prolog's staging */
+    uid_t uid;
+    gid_t gid;
+    char user[256];
+    char nodelist[8192];
+    char nodename[256];
+    char cluster[256];
+    char spec[SH_KV_LINE_MAX];
+    uint32_t nnodes;        /* Slurm's node count of the job or step; 0: unknown */
+    uint32_t nodeid;        /* this node's index in it (have_nodeid) */
+    bool have_nodeid;
+    bool detached;          /* local=current: the plugin ended the prolog */
+    bool have_listener;     /* listener=<fd>: started by the plugin's sentinel,
+                             * which bound the job's control-plane port */
+    int listener;
+    unsigned umask_bits;    /* the job's umask (umask=; SH_UMASK_DEFAULT) */
+    int nargs;
+    char *args[MAX_ARGS];
+};
+
+struct agent {
+    struct agent_in in;
+    struct sh_config cfg;
+    struct sh_spec_set *specs;
+    char **names;
+    uint32_t nnodes;
+    uint32_t index;
+    unsigned char kjob[SH_KEY_LEN];
+    char rundir[128];       /* /run/stagehand/<jobid> */
+    /* The per-user default directory could not be made because of a user's
+     * object (make_default_dir): every image under it votes this error, so
+     * that all nodes fail the job at once, naming the node and the reason,
+     * instead of waiting for this one (join_timeout). */
+    char dflt[PATH_MAX];
+    char dflt_error[SH_STATUS_LINE_MAX];
+    /* Why there is no listener (every probed port held by other stagings):
+     * a node that is a leaf of its trees needs none. */
+    char port_error[SH_STATUS_LINE_MAX];
+    char *mpi_env[MAX_MPI_ENV];   /* "KEY=VALUE" from the site's mpi_env file */
+    int n_mpi_env;
+    int64_t deadline;
+    struct sh_ctl *ctl;
+    /* The job's control-plane listener, bound by root before the privilege
+     * drop (bind_listener) or handed over by the sentinel, -1 when none:
+     * the job's tree and every image's engine tree take a copy in turn. */
+    int listener;
+    FILE *out;               /* the pipe to the plugin */
+    /* outcome */
+    bool failed;
+    bool node_fault;
+    bool own_fault;          /* this node's own engine crashed (not the known
+                              * start-up crash) or a local step failed with
+                              * a node-fault errno: on_node_fault applies */
+    char message[SH_STATUS_LINE_MAX];
+};
+
+/* stage.c */
+/* Record the staging's failure (the first cause is kept). */
+void set_failure(struct agent *a, bool node_fault, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* errno of a node's own failure that means the node is unwell. */
+bool node_fault_errno(int e);
+/* errno of a resource a node ran out of: the job's error. */
+bool resource_errno(int e);
+/* The control-tree step id of image @img's engine tree. */
+uint64_t image_tree_step(const struct agent *a, size_t img);
+/* Hand the tree @cc the staging's listener (0), or fail with @err (-1). */
+int tree_listener(const struct agent *a, struct sh_ctl_cfg *cc, char *err, size_t errlen);
+
+/* root.c: as root, before the drop; 0, or -1 with the reason in @err. */
+int root_setup(struct agent *a, char *err, size_t errlen);
+int drop_privileges(const struct agent *a, char *err, size_t errlen);
+
+/* default_dir.c: create the per-user default destination directory @dir as
+ * root; *@user_fault: the cause is a user's object or a full filesystem. */
+int make_default_dir(const struct agent *a, const char *dir, char *err, size_t errlen,
+                     bool *user_fault);
+
+/* protocol.c: stage image @img on every node (set_failure on failure). */
+void stage_image_run(struct agent *a, size_t img);
+
+/* dst.c */
+int marker_create(const struct agent *a, size_t img, const char *dir);
+void marker_remove(const struct agent *a, size_t img, const char *dir);
+bool marker_foreign(const struct agent *a, size_t img, const char *dir, char *who,
+                    size_t wholen);
+void claim_write(const struct agent *a, size_t img, const char *dst, const char *text, int n);
+void sweep_own_temps(const struct agent *a, const char *dst);
+int verify_copy_digest(struct agent *a, const char *dst, const char *reader_digest,
+                       bool copied, int64_t since, char *buf, size_t buflen, int *len);
+
+/* launch.c: run the engine for image @img on the participants @part
+ * (node 0 first; this node is @part[mypos]). Returns 0, or -1 with @err set
+ * and *@outcome true when @err is the same text on every participant. */
+int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart,
+               uint32_t mypos, bool *outcome, char *err, size_t errlen);
+/* Read the site's mpi_env file into @a->mpi_env (as root: an admin's file).
+ * Returns 0, or -1 with the reason in @err. */
+int load_mpi_env(struct agent *a, char *err, size_t errlen);
+/* Where image @img's engine writes its --json report. */
+void engine_report_path(const struct agent *a, size_t img, char *buf, size_t len);
+
+/* outcome.c */
+/* Per-node reasons, grouped for a message: nodes with the same reason are
+ * named together ("n1, n2: reason; n3: another"), so a cause shared by every
+ * node (the source changed, a symlink on every node) is said once. */
+#define REASONS_MAX 16
+
+struct reasons {
+    size_t n;
+    bool more;                      /* distinct reasons beyond REASONS_MAX */
+    char nodes[REASONS_MAX][256];
+    char text[REASONS_MAX][640];
+};
+
+void reasons_add(struct reasons *r, const char *node, const char *text, size_t tlen);
+size_t reasons_format(const struct reasons *r, char *buf, size_t len);
+
+#endif
