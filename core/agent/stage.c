@@ -35,6 +35,7 @@
 
 #include "stage.h"
 #include "stagehand/bcast.h"
+#include "stagehand/clock.h"
 #include "stagehand/agentio.h"
 #include "stagehand/config.h"
 #include "stagehand/ctl.h"
@@ -123,14 +124,6 @@ struct agent {
 };
 
 static FILE *proto_out;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Agent log lines travel to the plugin, which puts them in the slurmd log. */
 static void pipe_sink(enum sh_log_level level, const char *line)
@@ -955,7 +948,7 @@ again:
         snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
         goto out;
     }
-    secs = (uint64_t)((a->deadline - now_ns()) / 1000000000);
+    secs = (uint64_t)((a->deadline - sh_now_ns()) / 1000000000);
     if (secs < 1)
         secs = 1;
     snprintf(segsz, sizeof(segsz), "%" PRIu64, a->cfg.segment_size);
@@ -1062,7 +1055,7 @@ again:
         }
         if (rc != 0 && run_errno == EIO && attempt == 0 &&
             (crashed = startup_crash(&po, &sig)) >= 0 &&
-            a->deadline - now_ns() > 10 * (int64_t)1000000000) {
+            a->deadline - sh_now_ns() > 10 * (int64_t)1000000000) {
             sh_warn("stage", "%s: the engine on node %s died of signal %d while MPI "
                     "started (before any data moved): starting it again on every node",
                     sh_spec_set_dst(a->specs, img), names[crashed], sig);
@@ -1488,7 +1481,7 @@ static void stage_image_run(struct agent *a, size_t img)
     bool made;
     char *planbuf = NULL;
     int rc_plan;
-    int64_t t0 = now_ns();
+    int64_t t0 = sh_now_ns();
     bool outcome = false, leader_cause = false, source_fault = false, copied = false;
     char faulty[256] = "";   /* leader: node indices at fault ("i,j") */
     int64_t engine_start;
@@ -1703,7 +1696,7 @@ static void stage_image_run(struct agent *a, size_t img)
         if (strcmp(text, "noop") == 0) {
             free(text);
             snprintf(buf, sizeof(buf), "%s: all %u nodes current, nothing copied (%.3f s)",
-                     dst, a->nnodes, (double)(now_ns() - t0) / 1e9);
+                     dst, a->nnodes, (double)(sh_now_ns() - t0) / 1e9);
             sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, buf);
             sh_info("stage", "%s", buf);
             return;
@@ -1837,7 +1830,7 @@ static void stage_image_run(struct agent *a, size_t img)
                 const char *json = engine_json(a, img);
 
                 engine_phases_debug(json);
-                engine_summary(json, dst, a->nnodes, (double)(now_ns() - t0) / 1e9,
+                engine_summary(json, dst, a->nnodes, (double)(sh_now_ns() - t0) / 1e9,
                                summary, sizeof(summary));
                 o = (size_t)snprintf(buf, sizeof(buf), "ok %s", summary);
             }
@@ -1901,7 +1894,7 @@ int sh_agent_prolog_main(void)
 {
     static struct agent a;
     char err[SH_STATUS_LINE_MAX];
-    int64_t t_start = now_ns(), t_setup = 0;
+    int64_t t_start = sh_now_ns(), t_setup = 0;
     int out_fd, devnull;
 
     a.listener = -1;
@@ -1943,7 +1936,7 @@ int sh_agent_prolog_main(void)
         set_failure(&a, false, "stagehand is misconfigured on this cluster: %s", err);
         goto done;
     }
-    a.deadline = now_ns() + (int64_t)a.cfg.timeout_ns;
+    a.deadline = sh_now_ns() + (int64_t)a.cfg.timeout_ns;
     a.specs = sh_spec_set_deserialize(a.in.spec, err, sizeof(err));
     if (a.specs == NULL) {
         set_failure(&a, false, "--stage-image: %s", err);
@@ -1987,7 +1980,7 @@ int sh_agent_prolog_main(void)
     /* The job's umask, which the engine inherits: DST and the directories
      * made for it follow it (issue 30). */
     umask((mode_t)a.in.umask_bits);
-    t_setup = now_ns();
+    t_setup = sh_now_ns();
     {
         struct sh_ctl_cfg cc;
         int64_t join_deadline;
@@ -2041,8 +2034,8 @@ int sh_agent_prolog_main(void)
         }
         sh_ctl_sync_deadline(a.ctl, &a.deadline);
         sh_debug("stage", "ready after %.3f s: inputs and setup %.3f s, control plane %.3f s",
-                 (double)(now_ns() - t_start) / 1e9, (double)(t_setup - t_start) / 1e9,
-                 (double)(now_ns() - t_setup) / 1e9);
+                 (double)(sh_now_ns() - t_start) / 1e9, (double)(t_setup - t_start) / 1e9,
+                 (double)(sh_now_ns() - t_setup) / 1e9);
     }
     for (size_t i = 0; i < sh_spec_set_count(a.specs) && !a.failed; i++)
         stage_image(&a, i);

@@ -26,6 +26,7 @@
 
 #include "opts.h"
 #include "report.h"
+#include "stagehand/clock.h"
 #include "stagehand/hash.h"
 #include "stagehand/io.h"
 #include "stagehand/log.h"
@@ -449,7 +450,7 @@ static void phase_transfer(struct run *r, MPI_Comm part)
         memcpy(ref->digest, xr.digest, sizeof(ref->digest));
     }
 
-    r->t[SH_PH_VERIFY] = sh_now_ns();
+    r->t[SH_PH_VERIFY] = (uint64_t)sh_now_ns();
     sh_guard_bcast(ref, (int)sizeof(*ref), MPI_BYTE, 0, part, "verify");
     if (ref->status == SH_SEG_OK)
         r->bytes_transferred = r->sched.size;
@@ -465,7 +466,7 @@ static void phase_transfer(struct run *r, MPI_Comm part)
         sh_guard_mpi_fatal("verify", "MPI_Ibarrier", rc);
     sh_guard_wait(&req, "verify", "MPI_Ibarrier");
 
-    r->t[SH_PH_PUBLISH] = sh_now_ns();
+    r->t[SH_PH_PUBLISH] = (uint64_t)sh_now_ns();
     if (r->d.have_temp && r->res.status != SH_NODE_FAILED &&
         sh_dest_publish(&r->o, &r->src, ref, &r->d, &r->res,
                         r->force_sidecar) == 0)
@@ -483,7 +484,7 @@ static void phase_transfer(struct run *r, MPI_Comm part)
     }
     r->res.transfer_s = sh_secs(r->t[SH_PH_TRANSFER], r->t[SH_PH_VERIFY]);
     r->res.verify_s = sh_secs(r->t[SH_PH_VERIFY], r->t[SH_PH_PUBLISH]);
-    r->res.publish_s = sh_secs(r->t[SH_PH_PUBLISH], sh_now_ns());
+    r->res.publish_s = sh_secs(r->t[SH_PH_PUBLISH], (uint64_t)sh_now_ns());
 }
 
 static double cpu_seconds(void)
@@ -521,7 +522,7 @@ static void gather_results(struct run *r)
 static void print_report(struct run *r)
 {
     struct sh_report rep;
-    uint64_t tend = sh_now_ns();
+    uint64_t tend = (uint64_t)sh_now_ns();
 
     memset(&rep, 0, sizeof(rep));
     rep.opts = &r->o;
@@ -556,17 +557,17 @@ static void run_phases(struct run *r)
     MPI_Comm part = MPI_COMM_NULL;
     int rc, skips = 0;
 
-    r->t[SH_PH_METADATA] = sh_now_ns();
+    r->t[SH_PH_METADATA] = (uint64_t)sh_now_ns();
     if (phase_metadata(r) != 0) {
         r->exit_code = SH_EXIT_SOURCE;
         return;
     }
-    r->t[SH_PH_PRECHECK] = sh_now_ns();
+    r->t[SH_PH_PRECHECK] = (uint64_t)sh_now_ns();
     if (!r->is_writer)
         return;             /* idle rank: one writer per node */
     if (phase_precheck(r) != 0)
         return;
-    r->t[SH_PH_TRANSFER] = sh_now_ns();
+    r->t[SH_PH_TRANSFER] = (uint64_t)sh_now_ns();
     /* the participants; when every node takes part (the usual case: the
      * agent launches the engine only where a copy is needed) they are the
      * writers' communicator itself, in the same order, no new communicator */
@@ -612,7 +613,8 @@ static void run_phases(struct run *r)
  * or the launcher's MCA settings) is kept. The setting is a constant, not
  * derived from --segment-size, so every rank of a job uses the same one: a
  * receiver's fragment buffers must hold what a sender sends. */
-#define SH_TCP_EAGER_LIMIT "1052672"    /* bytes: 1 MiB segment + 4 KiB headers */
+#define SH_TCP_EAGER_LIMIT "1052672"    /* bytes: a segment up to 1 MiB (twice the
+                                         * 512 KiB default) + 4 KiB headers */
 
 static void tcp_eager_defaults(void)
 {
@@ -652,7 +654,7 @@ int main(int argc, char **argv)
      * retry, never a node fault.) */
     sh_guard_block_crash_signals(&crash_set);
     sigprocmask(SIG_BLOCK, &crash_set, NULL);
-    r->t0 = sh_now_ns();
+    r->t0 = (uint64_t)sh_now_ns();
     switch (sh_bcast_opts_parse(argc, argv, &r->o, err, sizeof(err))) {
     case SH_OPTS_HELP:
         sh_bcast_usage(stdout);
@@ -745,7 +747,7 @@ int main(int argc, char **argv)
     sh_msgf(r->res.host, sizeof(r->res.host), "%s", sh_guard_host);
     r->t[SH_PH_STARTUP] = r->t0;
     sh_debug("start-up", "MPI initialised after %.3fs, %d rank(s)",
-             sh_secs(r->t0, sh_now_ns()), r->wsize);
+             sh_secs(r->t0, (uint64_t)sh_now_ns()), r->wsize);
     phase_startup(r);
     sh_debug("start-up", "%s; %d writer(s)", r->is_writer ? "writer" : "idle",
              r->lsize);
@@ -754,7 +756,7 @@ int main(int argc, char **argv)
     /* phases that did not run take no time; the last one that ran lasts
      * until now, so the phases still add up to the total */
     {
-        uint64_t now = sh_now_ns();
+        uint64_t now = (uint64_t)sh_now_ns();
 
         for (int p = SH_PH_METADATA; p < SH_PH_COUNT; p++) {
             if (r->t[p] == 0)

@@ -158,7 +158,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     o->timeout_ns = SH_BCAST_DEFAULT_TIMEOUT_NS;
     o->stall_ns = SH_BCAST_DEFAULT_STALL_NS;
     o->source_rank = 0;
-    o->dir_mode = 0700;
+    o->dir_mode = SH_DEFAULT_DIR_MODE;
     err[0] = '\0';
 
     optind = 0;         /* glibc: full re-initialisation */
@@ -196,8 +196,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
             break;
         case OPT_SEGMENT:
             /* case F09: validated here, never clamped silently */
-            if (sh_parse_size(optarg, &o->segment) != 0 || o->segment == 0 ||
-                o->segment > SH_SEGMENT_MAX)
+            if (sh_parse_segment_size(optarg, &o->segment) != 0)
                 return fail(err, errlen, "--segment-size=%s: expected a size "
                             "from 1 byte to 1G (units K, M, G)", optarg);
             break;

@@ -47,14 +47,6 @@
 #define NAP_MIN_US 16u
 #define NAP_MAX_US 1000u
 
-uint64_t sh_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* State shared by the three threads; every field below the mutex is guarded
  * by it. Segment k lives in slot k % depth; the slot is reusable once the
  * writer consumed k and the MPI side (forward send / collective) finished. */
@@ -258,7 +250,7 @@ struct progress {
 static void progress_show(struct progress *p, const struct sh_sched *s,
                           uint64_t segs_done, int final)
 {
-    uint64_t now = sh_now_ns();
+    uint64_t now = (uint64_t)sh_now_ns();
     uint64_t bytes = segs_done >= s->nseg ? s->size : segs_done * s->segment;
     unsigned pct = s->size == 0 ? 100u : (unsigned)(bytes * 100 / s->size);
     double secs = (double)(now - p->start_ns) / 1e9;
@@ -361,7 +353,7 @@ static void ring_set_avail(struct ring *r, uint64_t avail, int shrink)
 static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res,
                         uint64_t k, uint64_t nseg, uint64_t last_progress)
 {
-    uint64_t now = sh_now_ns();
+    uint64_t now = (uint64_t)sh_now_ns();
 
     /* case F22: a peer that died or a link that stalls shows as a transfer
      * that moves nothing; fail it long before the overall deadline. */
@@ -404,7 +396,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
     uint64_t nd = 0;        /* MPI finished for [0, nd) */
     struct progress prog = { 0 };
     unsigned idle = 0;
-    uint64_t last_progress = sh_now_ns(), last_written = 0, last_avail = 0;
+    uint64_t last_progress = (uint64_t)sh_now_ns(), last_written = 0, last_avail = 0;
     int down, up, rc = 0;
 
     MPI_Comm_rank(cfg->comm, &rank);
@@ -425,7 +417,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
         in[i] = out[i] = MPI_REQUEST_NULL;
     prog.on = rank == 0 && cfg->progress;
     prog.tty = isatty(STDERR_FILENO);
-    prog.start_ns = sh_now_ns();
+    prog.start_ns = (uint64_t)sh_now_ns();
 
     for (;;) {
         uint64_t avail, limit, written;
@@ -532,7 +524,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
             (rank != 0 || avail >= limit))
             break;
         if (moved || written != last_written || avail != last_avail) {
-            last_progress = sh_now_ns();
+            last_progress = (uint64_t)sh_now_ns();
             last_written = written;
             last_avail = avail;
             sh_guard_touch();
