@@ -678,19 +678,247 @@ static void describe(const struct sh_pmix_cfg *cfg, const struct sh_ctl_result *
 
 /* ---- the engine phase ------------------------------------------------- */
 
+/* One node's engine phase: what its steps share. */
+struct phase {
+    const struct sh_pmix_cfg *cfg;
+    struct sh_pmix_outcome *out;
+    struct engine e;
+    /* The client registration's completion: it lives as long as the PMIx
+     * server, which may still call back after wait_op() gave up. */
+    struct wait_cb w;
+    int64_t grace;                   /* ns between SIGTERM and SIGKILL */
+    uint32_t n, me;                  /* nodes, this node's index */
+    int timed_out;                   /* the deadline stopped the engine */
+};
+
+/* doc/design.md §6: the PMIx server and the engine run as the job user,
+ * never as root on the user's behalf. Refusing still takes part in the
+ * collective sequence (DONE, "did not start"), so the others learn it. */
+static bool runs_as_job_user(const struct sh_pmix_cfg *cfg)
+{
+    if (geteuid() != cfg->uid || getegid() != cfg->gid) {
+        sh_error("pmix", "refusing to host the engine as uid %u/gid %u for job user "
+                 "%u/%u: drop privileges first", (unsigned)geteuid(),
+                 (unsigned)getegid(), (unsigned)cfg->uid, (unsigned)cfg->gid);
+        return false;
+    }
+    return true;
+}
+
+/* Start the PMIx server, register the engine's namespace and client, and
+ * fork the engine. A failure is logged and leaves ph->e.pid at -1: the node
+ * then contributes DONE(-1) at once. Returns 1 when the server is up (it
+ * must be finalized), 0 when it is not. *env: the engine's environment, for
+ * the caller to free. */
+static int start_engine(struct phase *ph, char ***env)
+{
+    const struct sh_pmix_cfg *cfg = ph->cfg;
+    pmix_proc_t proc;
+    pmix_status_t prc;
+
+    if (server_init(cfg, cfg->hosts[ph->me]) != 0)
+        return 0;
+    memset(&proc, 0, sizeof(proc));
+    PMIX_LOAD_PROCID(&proc, cfg->nspace, ph->me);
+    if (register_nspace(cfg, ph->n, ph->me) != 0)
+        return 1;
+    prc = PMIx_server_register_client(&proc, cfg->uid, cfg->gid, NULL, op_done, &ph->w);
+    prc = wait_op(&ph->w, prc, cfg->deadline_ns);
+    *env = env_copy(cfg->envp, cfg->tmpdir);
+    if (prc != PMIX_SUCCESS) {
+        sh_error("pmix", "PMIx_server_register_client: %s", PMIx_Error_string(prc));
+    } else if (*env == NULL) {
+        sh_error("pmix", "out of memory for the engine environment");
+    } else if ((prc = PMIx_server_setup_fork(&proc, env)) != PMIX_SUCCESS) {
+        sh_error("pmix", "PMIx_server_setup_fork: %s", PMIx_Error_string(prc));
+    } else if (spawn_engine(cfg, *env, &ph->e) != 0) {
+        sh_error("pmix", "cannot start the engine %s: %s", cfg->argv[0], strerror(errno));
+    }
+    return 1;
+}
+
+/* Wait for the engine's next fence request, its exit or the deadline; an
+ * abort request stops the engine. Returns the fence request, or NULL once
+ * the engine has ended (or never started). */
+static struct request *wait_engine(struct phase *ph)
+{
+    struct engine *e = &ph->e;
+    struct request *req = NULL;
+
+    while (e->pid >= 0 && !e->reaped) {
+        struct pollfd pfd[2] = {
+            { .fd = host.notify[0], .events = POLLIN },
+            { .fd = e->pidfd, .events = POLLIN },
+        };
+        int ms = sh_poll_ms_until(ph->cfg->deadline_ns);
+
+        req = pop_request();
+        if (req != NULL && req->is_abort) {
+            e->why |= DONE_ABORTED;
+            e->abort_status = req->abort_status;
+            kill_engine(e, ph->grace);
+            free(req);
+            req = NULL;
+            continue;
+        }
+        if (req != NULL)
+            break;
+        if (sh_now_ns() >= ph->cfg->deadline_ns) {
+            sh_error("pmix", "deadline reached while the engine runs: killing it");
+            ph->timed_out = 1;
+            e->why |= DONE_DEADLINE;
+            kill_engine(e, ph->grace);
+            break;
+        }
+        /* Without a pidfd, look at the child twice a second. */
+        if (e->pidfd < 0 && ms > 500)
+            ms = 500;
+        if (poll(pfd, e->pidfd >= 0 ? 2 : 1, ms) > 0 && (pfd[0].revents & POLLIN)) {
+            char drain[64];
+
+            while (read(host.notify[0], drain, sizeof(drain)) > 0)
+                ;
+        }
+        reap(e);
+    }
+    return req;
+}
+
+/* Requests that raced with the engine's exit can no longer be served. */
+static void drop_requests(void)
+{
+    struct request *req;
+
+    while ((req = pop_request()) != NULL) {
+        if (!req->is_abort && req->cbfunc != NULL)
+            req->cbfunc(PMIX_ERR_LOST_CONNECTION, NULL, 0, req->cbdata, NULL, NULL);
+        free(req->data);
+        free(req);
+    }
+}
+
+/* Answer the engine's fence @req from the exchanged @res: the concatenated
+ * contributions when every node fenced (@all_fence), else an error, and the
+ * engine is stopped since the others will not come to this fence. */
+static void answer_fence(struct phase *ph, struct request *req,
+                         const struct sh_ctl_result *res, int all_fence)
+{
+    struct sh_pmix_outcome *out = ph->out;
+    size_t len = 0;
+    char *data = all_fence ? concat(res, &len) : NULL;
+
+    if (data != NULL) {
+        out->fences++;
+        sh_debug("pmix", "fence %u done: %zu bytes", out->fences, len);
+        req->cbfunc(PMIX_SUCCESS, data, len, req->cbdata, release_data, data);
+    } else {
+        describe(ph->cfg, res, out->message, sizeof(out->message));
+        sh_error("pmix", "fence failed: %s", out->message[0] ? out->message
+                 : "another node's engine has exited");
+        req->cbfunc(PMIX_ERROR, NULL, 0, req->cbdata, NULL, NULL);
+        /* The others will not come to this fence: stop our engine. */
+        if (!ph->e.reaped && ph->e.pid >= 0)
+            ph->e.why |= DONE_STOPPED;
+        kill_engine(&ph->e, ph->grace);
+    }
+    free(req->data);
+    free(req);
+}
+
+/* One round of the engine phase: wait for the local engine, then exchange
+ * with every node either its fence contribution (FENCE) or its exit status
+ * (DONE). Returns 1 while some node still fences, 0 when every node is done
+ * (out->nfailed and out->message say how it went), -1 with errno when the
+ * control plane is lost. */
+static int engine_round(struct phase *ph)
+{
+    const struct sh_pmix_cfg *cfg = ph->cfg;
+    struct sh_pmix_outcome *out = ph->out;
+    struct request *req = wait_engine(ph);
+    struct sh_ctl_result res;
+    int64_t op_deadline;
+    uint32_t tag;
+    unsigned char status_wire[DONE_LEN];
+    const void *blob;
+    uint32_t blen;
+    int any_fence = 0, all_fence = 1;
+
+    if (req == NULL) {
+        drop_requests();
+        out->local_status = ph->e.reaped ? ph->e.status : -1;
+        put_status(status_wire, out->local_status);
+        put_status(status_wire + 4, (int32_t)ph->e.why);
+        put_status(status_wire + 8, ph->e.abort_status);
+        tag = TAG_DONE;
+        blob = status_wire;
+        blen = sizeof(status_wire);
+    } else {
+        tag = TAG_FENCE;
+        blob = req->data;
+        blen = (uint32_t)req->ndata;
+        if (req->ndata > UINT32_MAX)
+            blen = 0;
+    }
+
+    /* Past the deadline the engines are dead or being killed everywhere;
+     * the closing exchange of exit statuses gets a bounded extension so
+     * that every node still learns the outcome. */
+    op_deadline = cfg->deadline_ns;
+    if (sh_now_ns() >= cfg->deadline_ns)
+        op_deadline = sh_now_ns() + 2 * ph->grace;
+    if (sh_ctl_allgather(cfg->ctl, tag, blob, blen, op_deadline, &res) != 0) {
+        int err = errno;
+
+        if (req != NULL) {
+            req->cbfunc(PMIX_ERR_LOST_CONNECTION, NULL, 0, req->cbdata, NULL, NULL);
+            free(req->data);
+            free(req);
+        }
+        kill_engine(&ph->e, ph->grace);
+        out->local_status = ph->e.reaped ? ph->e.status : -1;
+        snprintf(out->message, sizeof(out->message),
+                 "lost the control plane during the engine phase: %s", strerror(err));
+        errno = err;
+        return -1;
+    }
+    for (uint32_t i = 0; i < ph->n; i++) {
+        int fence = res.entry[i].state == SH_CTL_OK && res.entry[i].tag == TAG_FENCE;
+        any_fence |= fence;
+        all_fence &= fence;
+        if (res.entry[i].state == SH_CTL_OK && res.entry[i].tag == TAG_DONE &&
+            res.entry[i].len == DONE_LEN)
+            out->node_status[i] = get_status(res.entry[i].data);
+    }
+    if (req != NULL)
+        answer_fence(ph, req, &res, all_fence);
+    if (!any_fence) {
+        describe(cfg, &res, out->message, sizeof(out->message));
+        out->nfailed = 0;
+        for (uint32_t i = 0; i < ph->n; i++) {
+            if (res.entry[i].state != SH_CTL_OK || out->node_status[i] != 0)
+                out->nfailed++;
+        }
+        sh_ctl_result_free(&res);
+        return 0;
+    }
+    sh_ctl_result_free(&res);
+    return 1;
+}
+
 /* The engine phase proper; runs in the host child (see sh_pmix_run). */
 static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
 {
-    struct engine e = { .pid = -1, .pidfd = -1, .status = -1 };
-    struct wait_cb w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
-    int64_t grace = cfg->kill_grace_ns > 0 ? cfg->kill_grace_ns : 2 * SH_NS_PER_S;
-    pmix_proc_t proc;
+    struct phase ph = {
+        .cfg = cfg, .out = out,
+        .e = { .pid = -1, .pidfd = -1, .status = -1 },
+        .w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 },
+        .grace = cfg->kill_grace_ns > 0 ? cfg->kill_grace_ns : 2 * SH_NS_PER_S,
+    };
     char **env = NULL;
-    uint32_t n, me;
     int server_up = 0;
-    int refused = 0;
-    int timed_out = 0;
+    int refused;
     int lost = 0;
+    int round;
     int rc = -1;
     int err = EIO;
 
@@ -702,22 +930,14 @@ static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
         errno = EINVAL;
         return -1;
     }
-    /* doc/design.md §6: the PMIx server and the engine run as the job user,
-     * never as root on the user's behalf. Refusing still takes part in the
-     * collective sequence (DONE, "did not start"), so the others learn it. */
-    if (geteuid() != cfg->uid || getegid() != cfg->gid) {
-        sh_error("pmix", "refusing to host the engine as uid %u/gid %u for job user "
-                 "%u/%u: drop privileges first", (unsigned)geteuid(),
-                 (unsigned)getegid(), (unsigned)cfg->uid, (unsigned)cfg->gid);
-        refused = 1;
-    }
-    n = sh_ctl_nnodes(cfg->ctl);
-    me = sh_ctl_index(cfg->ctl);
-    out->nnodes = n;
-    out->node_status = calloc(n, sizeof(*out->node_status));
+    refused = !runs_as_job_user(cfg);
+    ph.n = sh_ctl_nnodes(cfg->ctl);
+    ph.me = sh_ctl_index(cfg->ctl);
+    out->nnodes = ph.n;
+    out->node_status = calloc(ph.n, sizeof(*out->node_status));
     if (out->node_status == NULL)
         return -1;
-    for (uint32_t i = 0; i < n; i++)
+    for (uint32_t i = 0; i < ph.n; i++)
         out->node_status[i] = -1;
     if (pipe2(host.notify, O_CLOEXEC | O_NONBLOCK) != 0) {
         err = errno;
@@ -726,173 +946,28 @@ static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
 
     /* Until the engine runs, a local failure still takes part in the
      * collective sequence: it simply contributes DONE(-1) at once. */
-    if (!refused && server_init(cfg, cfg->hosts[me]) == 0) {
-        server_up = 1;
-        memset(&proc, 0, sizeof(proc));
-        PMIX_LOAD_PROCID(&proc, cfg->nspace, me);
-        if (register_nspace(cfg, n, me) == 0) {
-            pmix_status_t prc = PMIx_server_register_client(&proc, cfg->uid, cfg->gid,
-                                                            NULL, op_done, &w);
-            prc = wait_op(&w, prc, cfg->deadline_ns);
-            env = env_copy(cfg->envp, cfg->tmpdir);
-            if (prc != PMIX_SUCCESS) {
-                sh_error("pmix", "PMIx_server_register_client: %s",
-                         PMIx_Error_string(prc));
-            } else if (env == NULL) {
-                sh_error("pmix", "out of memory for the engine environment");
-            } else if ((prc = PMIx_server_setup_fork(&proc, &env)) != PMIX_SUCCESS) {
-                sh_error("pmix", "PMIx_server_setup_fork: %s", PMIx_Error_string(prc));
-            } else if (spawn_engine(cfg, env, &e) != 0) {
-                sh_error("pmix", "cannot start the engine %s: %s", cfg->argv[0],
-                         strerror(errno));
-            }
-        }
+    if (!refused)
+        server_up = start_engine(&ph, &env);
+    while ((round = engine_round(&ph)) > 0)
+        ;
+    if (round < 0) {
+        err = errno;
+        lost = 1;
+        goto out;
     }
-
-    for (;;) {
-        struct request *req = NULL;
-        struct sh_ctl_result res;
-        int64_t op_deadline;
-        uint32_t tag;
-        unsigned char status_wire[DONE_LEN];
-        const void *blob;
-        uint32_t blen;
-        int any_fence = 0, all_fence = 1;
-
-        /* Wait for a fence request or the engine's exit (or the deadline). */
-        while (e.pid >= 0 && !e.reaped) {
-            struct pollfd pfd[2] = {
-                { .fd = host.notify[0], .events = POLLIN },
-                { .fd = e.pidfd, .events = POLLIN },
-            };
-            int ms = sh_poll_ms_until(cfg->deadline_ns);
-
-            req = pop_request();
-            if (req != NULL && req->is_abort) {
-                e.why |= DONE_ABORTED;
-                e.abort_status = req->abort_status;
-                kill_engine(&e, grace);
-                free(req);
-                req = NULL;
-                continue;
-            }
-            if (req != NULL)
-                break;
-            if (sh_now_ns() >= cfg->deadline_ns) {
-                sh_error("pmix", "deadline reached while the engine runs: killing it");
-                timed_out = 1;
-                e.why |= DONE_DEADLINE;
-                kill_engine(&e, grace);
-                break;
-            }
-            /* Without a pidfd, look at the child twice a second. */
-            if (e.pidfd < 0 && ms > 500)
-                ms = 500;
-            if (poll(pfd, e.pidfd >= 0 ? 2 : 1, ms) > 0 && (pfd[0].revents & POLLIN)) {
-                char drain[64];
-
-                while (read(host.notify[0], drain, sizeof(drain)) > 0)
-                    ;
-            }
-            reap(&e);
-        }
-        if (req == NULL) {
-            /* Requests that raced with the exit can no longer be served. */
-            while ((req = pop_request()) != NULL) {
-                if (!req->is_abort && req->cbfunc != NULL)
-                    req->cbfunc(PMIX_ERR_LOST_CONNECTION, NULL, 0, req->cbdata, NULL, NULL);
-                free(req->data);
-                free(req);
-            }
-            out->local_status = e.reaped ? e.status : -1;
-            put_status(status_wire, out->local_status);
-            put_status(status_wire + 4, (int32_t)e.why);
-            put_status(status_wire + 8, e.abort_status);
-            tag = TAG_DONE;
-            blob = status_wire;
-            blen = sizeof(status_wire);
-        } else {
-            tag = TAG_FENCE;
-            blob = req->data;
-            blen = (uint32_t)req->ndata;
-            if (req->ndata > UINT32_MAX)
-                blen = 0;
-        }
-
-        /* Past the deadline the engines are dead or being killed everywhere;
-         * the closing exchange of exit statuses gets a bounded extension so
-         * that every node still learns the outcome. */
-        op_deadline = cfg->deadline_ns;
-        if (sh_now_ns() >= cfg->deadline_ns)
-            op_deadline = sh_now_ns() + 2 * grace;
-        if (sh_ctl_allgather(cfg->ctl, tag, blob, blen, op_deadline, &res) != 0) {
-            err = errno;
-            lost = 1;
-            if (req != NULL) {
-                req->cbfunc(PMIX_ERR_LOST_CONNECTION, NULL, 0, req->cbdata, NULL, NULL);
-                free(req->data);
-                free(req);
-            }
-            kill_engine(&e, grace);
-            out->local_status = e.reaped ? e.status : -1;
-            snprintf(out->message, sizeof(out->message),
-                     "lost the control plane during the engine phase: %s", strerror(err));
-            goto out;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            int fence = res.entry[i].state == SH_CTL_OK && res.entry[i].tag == TAG_FENCE;
-            any_fence |= fence;
-            all_fence &= fence;
-            if (res.entry[i].state == SH_CTL_OK && res.entry[i].tag == TAG_DONE &&
-                res.entry[i].len == DONE_LEN)
-                out->node_status[i] = get_status(res.entry[i].data);
-        }
-        if (req != NULL) {
-            size_t len = 0;
-            char *data = all_fence ? concat(&res, &len) : NULL;
-
-            if (data != NULL) {
-                out->fences++;
-                sh_debug("pmix", "fence %u done: %zu bytes", out->fences, len);
-                req->cbfunc(PMIX_SUCCESS, data, len, req->cbdata, release_data, data);
-            } else {
-                describe(cfg, &res, out->message, sizeof(out->message));
-                sh_error("pmix", "fence failed: %s", out->message[0] ? out->message
-                         : "another node's engine has exited");
-                req->cbfunc(PMIX_ERROR, NULL, 0, req->cbdata, NULL, NULL);
-                /* The others will not come to this fence: stop our engine. */
-                if (!e.reaped && e.pid >= 0)
-                    e.why |= DONE_STOPPED;
-                kill_engine(&e, grace);
-            }
-            free(req->data);
-            free(req);
-        }
-        if (!any_fence) {
-            describe(cfg, &res, out->message, sizeof(out->message));
-            out->nfailed = 0;
-            for (uint32_t i = 0; i < n; i++) {
-                if (res.entry[i].state != SH_CTL_OK || out->node_status[i] != 0)
-                    out->nfailed++;
-            }
-            sh_ctl_result_free(&res);
-            break;
-        }
-        sh_ctl_result_free(&res);
-    }
-    if (out->nfailed == 0 && !timed_out) {
+    if (out->nfailed == 0 && !ph.timed_out) {
         rc = 0;
     } else {
-        err = refused ? EPERM : timed_out ? ETIMEDOUT : EIO;
+        err = refused ? EPERM : ph.timed_out ? ETIMEDOUT : EIO;
         if (out->message[0] == '\0')
             snprintf(out->message, sizeof(out->message), "%s",
-                     timed_out ? "deadline reached during the engine phase"
-                               : "an engine failed");
+                     ph.timed_out ? "deadline reached during the engine phase"
+                                  : "an engine failed");
     }
 out:
     if (lost)
         err = err != 0 ? err : ECONNRESET;
-    kill_engine(&e, grace);
+    kill_engine(&ph.e, ph.grace);
     if (server_up)
         PMIx_server_finalize();
     env_free(env);
