@@ -383,6 +383,41 @@ static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *re
     return 1;
 }
 
+/* Withdraw the receives posted for segments [@from, @to) (slots of @in,
+ * a ring of @depth): the reader sends nothing after an error segment. */
+static void cancel_receives(MPI_Request *in, unsigned depth, uint64_t from, uint64_t to)
+{
+    for (uint64_t k = from; k < to; k++) {
+        unsigned sl = (unsigned)(k % depth);
+
+        MPI_Cancel(&in[sl]);
+        MPI_Wait(&in[sl], MPI_STATUS_IGNORE);
+    }
+}
+
+/* Advance *@nd over the segments below @upto whose request in @reqs (the
+ * ring's sends, or a non-reader's broadcasts) has finished; sets *@moved
+ * when one did. Returns 0, or -1 on an MPI error (res says which). */
+static int mpi_done(struct ring *r, struct sh_xfer_result *res, MPI_Request *reqs,
+                    uint64_t upto, uint64_t *nd, int *moved)
+{
+    int flag;
+
+    while (*nd < upto) {
+        MPI_Request *req = &reqs[*nd % r->depth];
+
+        if (*req != MPI_REQUEST_NULL) {
+            if (mpi_check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), res, "send", *nd))
+                return -1;
+            if (!flag)
+                break;
+        }
+        (*nd)++;
+        *moved = 1;
+    }
+    return 0;
+}
+
 /* Main-thread loop, both algorithms. Returns 0 or -1 (res says why). */
 static int progress_loop(struct ring *r, struct sh_xfer_result *res)
 {
@@ -403,9 +438,10 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
     MPI_Comm_size(cfg->comm, &size);
     down = rank + 1 < size ? rank + 1 : -1;
     up = rank - 1;
-    /* MPI_Request is a handle, in Open MPI a pointer */
-    in = calloc(r->depth, sizeof(*in));   /* NOLINT(bugprone-sizeof-expression) */
-    out = calloc(r->depth, sizeof(*out)); /* NOLINT(bugprone-sizeof-expression) */
+    /* MPI_Request is a handle, in Open MPI a pointer. r->depth >= 1 (opts.c
+     * checks it); clang's analyzer loses that across pthread_create. */
+    in = calloc(r->depth, sizeof(*in));   /* NOLINT(bugprone-sizeof-expression,clang-analyzer-optin.portability.UnixAPI) */
+    out = calloc(r->depth, sizeof(*out)); /* NOLINT(bugprone-sizeof-expression,clang-analyzer-optin.portability.UnixAPI) */
     if (in == NULL || out == NULL) {
         sh_msgf(res->msg, sizeof(res->msg), "out of memory");
         res->mpi_failed = 1;
@@ -489,12 +525,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
                 if (bad) {
                     /* the reader sends nothing after an error segment:
                      * withdraw the receives posted beyond it */
-                    for (uint64_t k = arrived; k < posted; k++) {
-                        unsigned sl = (unsigned)(k % r->depth);
-
-                        MPI_Cancel(&in[sl]);
-                        MPI_Wait(&in[sl], MPI_STATUS_IGNORE);
-                    }
+                    cancel_receives(in, r->depth, arrived, posted);
                     posted = arrived;
                     limit = arrived;
                     break;
@@ -502,20 +533,9 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
             }
         }
         /* MPI side of a slot is done when its send / collective finished */
-        while (nd < (rank == 0 ? posted : arrived)) {
-            unsigned slot = (unsigned)(nd % r->depth);
-            MPI_Request *req = (!chain && rank != 0) ? &in[slot] : &out[slot];
-
-            if (*req != MPI_REQUEST_NULL) {
-                rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-                if (mpi_check(rc, res, "send", nd))
-                    goto fail;
-                if (!flag)
-                    break;
-            }
-            nd++;
-            moved = 1;
-        }
+        if (mpi_done(r, res, (!chain && rank != 0) ? in : out,
+                     rank == 0 ? posted : arrived, &nd, &moved) != 0)
+            goto fail;
         if (moved)
             ring_set_net(r, nd);
         progress_show(&prog, s, written < nd ? written : nd, 0);
