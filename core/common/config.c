@@ -28,12 +28,11 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->port_base = SH_CTL_PORT_BASE_DEFAULT;
     cfg->port_range = SH_CTL_PORT_RANGE_DEFAULT;
     cfg->fanout = 32;
-    /* Not yet measured on this project's cluster (bench/ will tell). */
     /* measured: doc/performance.md (pipeline fill (N-1)*seg/B) */
     cfg->segment_size = SH_DEFAULT_SEGMENT_SIZE;
     cfg->pipeline_depth = SH_DEFAULT_PIPELINE_DEPTH;
     cfg->read_ahead = 0;
-    cfg->timeout_ns = 600 * NS_PER_S;
+    cfg->timeout_ns = SH_DEFAULT_TIMEOUT_NS;
     cfg->stall_timeout_ns = SH_DEFAULT_STALL_NS;
     cfg->join_timeout_ns = SH_DEFAULT_JOIN_NS;
     cfg->check = SH_CHECK_META;
@@ -42,7 +41,7 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->submit_check = true;
     cfg->verbose = false;
     cfg->allow_shared_dst = false;
-    cfg->dest_dir_mode = 0700;
+    cfg->dest_dir_mode = SH_DEFAULT_DIR_MODE;
 }
 
 /* ---- value parsers: each gets the key and value for its messages ------ */
@@ -228,15 +227,16 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
         cfg->fanout = (unsigned)v;
         return 0;
     case 8:
-        if (sh_parse_size(a->val, &u) != 0)
-            return bad(a, errno, "expected a size such as 8M or 64MiB");
-        if (u == 0 || u > SH_CONFIG_SEGMENT_MAX) /* case F09 */
+        if (sh_parse_segment_size(a->val, &u) != 0) { /* case F09 */
+            if (errno == EINVAL)
+                return bad(a, EINVAL, "expected a size such as 8M or 64MiB");
             return bad(a, ERANGE, "must be more than 0 and at most 1G "
                        "(every MPI count is an int)");
+        }
         cfg->segment_size = u;
         return 0;
     case 9:
-        if (parse_uint(a, 1, 64, &v) != 0)
+        if (parse_uint(a, 1, SH_MAX_PIPELINE_DEPTH, &v) != 0)
             return -1;
         cfg->pipeline_depth = (unsigned)v;
         return 0;
@@ -283,7 +283,7 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
         cfg->join_timeout_ns = u;
         return 0;
     case 20:
-        if (parse_uint(a, 1, 64, &v) != 0)
+        if (parse_uint(a, 1, SH_MAX_PIPELINE_DEPTH, &v) != 0)
             return -1;
         cfg->read_ahead = (unsigned)v;
         return 0;

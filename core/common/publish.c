@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stagehand/clock.h"
+
 static const struct sh_io_ops *ops(const struct sh_io_ops *io)
 {
     return io != NULL ? io : sh_io_default();
@@ -479,14 +481,6 @@ int sh_publish_sweep_run(const struct sh_io_ops *io, int dirfd, const char *name
     return 0;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* Is @fd still the file named @lname in @dirfd? 1 yes, 0 no (removed or
  * replaced), -1 error. */
 static int still_named(int dirfd, const char *lname, int fd)
@@ -504,7 +498,7 @@ int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd)
 {
     char lname[NAME_MAX + 1];
-    uint64_t deadline = now_ns() + timeout_ns;
+    uint64_t deadline = (uint64_t)sh_now_ns() + timeout_ns;
     unsigned reopened = 0;
     int fd;
 
@@ -544,7 +538,7 @@ reopen:
                 return -1;
             /* The holder removed the file before letting go: the lock is
              * the new file's. A few immediate tries even with no wait. */
-            if (++reopened <= 3 || now_ns() < deadline)
+            if (++reopened <= 3 || (uint64_t)sh_now_ns() < deadline)
                 goto reopen;
             errno = ETIMEDOUT;
             return -1;
@@ -553,7 +547,7 @@ reopen:
             sh_io_close_keep_errno(NULL, fd);
             return -1;
         }
-        if (now_ns() >= deadline) {
+        if ((uint64_t)sh_now_ns() >= deadline) {
             close(fd);
             errno = ETIMEDOUT;
             return -1;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "stagehand/modes.h"
+
 /* Parse the leading decimal digits of @text; *end points past them. */
 static int parse_digits(const char *text, uint64_t *value, const char **end)
 {
@@ -80,6 +82,20 @@ int sh_parse_size(const char *text, uint64_t *out)
     }
     errno = EINVAL;
     return -1;
+}
+
+int sh_parse_segment_size(const char *text, uint64_t *out)
+{
+    uint64_t v;
+
+    if (sh_parse_size(text, &v) != 0)
+        return -1;
+    if (v == 0 || v > SH_SEGMENT_MAX) {
+        errno = ERANGE;
+        return -1;
+    }
+    *out = v;
+    return 0;
 }
 
 int sh_parse_duration(const char *text, uint64_t *out_ns)

@@ -1,7 +1,8 @@
-/* --stage-image grammar, spec sets and their wire form; see spec.h. */
+/* --stage-image grammar and spec sets; see spec.h. */
 #include "config.h"
 #include "stagehand/spec.h"
 #include "stagehand/log.h"
+#include "spec_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -13,232 +14,6 @@
 
 _Static_assert(SH_SPEC_FORMAT_VERSION == SH_SPEC_FORMAT,
                "spec.h and meson.build disagree on the spec format version");
-
-struct sh_spec_image {
-    char *src;
-    char *dst;
-    char *origin; /* option value, or NULL */
-};
-
-struct sh_spec_set {
-    struct sh_spec_image *img;
-    size_t n;
-    size_t cap;
-};
-
-/* Room for one path in a message (longer ones end in "..."). */
-#define SHOW_MAX 320
-
-/* Whether a control character starts at @p: a C0 control or DEL (one
- * byte), or a C1 control (U+0080..U+009F, Unicode's "Cc" beyond ASCII) in
- * UTF-8, which a terminal that shows a log line can act on as on ESC (U+009B
- * is CSI). Paths may hold neither. With @what, describes it there ("byte
- * 0x1b", "U+009B, bytes 0xc2 0x9b"). */
-static bool control_at(const unsigned char *p, char *what, size_t whatlen)
-{
-    if ((p[0] > 0 && p[0] < 0x20) || p[0] == 0x7f) {
-        if (what != NULL)
-            snprintf(what, whatlen, "byte 0x%02x", p[0]);
-        return true;
-    }
-    if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
-        if (what != NULL)
-            snprintf(what, whatlen, "U+%04X, bytes 0xc2 0x%02x", p[1], p[1]);
-        return true;
-    }
-    return false;
-}
-
-/* Length of the valid UTF-8 sequence at @p (1-4), or 0 when the byte at @p
- * does not start one (overlong forms and surrogates are invalid). */
-static size_t utf8_len(const unsigned char *p)
-{
-    unsigned char lo = 0x80, hi = 0xbf;
-    size_t n;
-
-    if (p[0] < 0x80)
-        return 1;
-    if (p[0] >= 0xc2 && p[0] <= 0xdf)
-        n = 2;
-    else if (p[0] >= 0xe0 && p[0] <= 0xef)
-        n = 3;
-    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-        n = 4;
-    else
-        return 0;
-    if (p[0] == 0xe0)
-        lo = 0xa0;
-    else if (p[0] == 0xed)
-        hi = 0x9f;
-    else if (p[0] == 0xf0)
-        lo = 0x90;
-    else if (p[0] == 0xf4)
-        hi = 0x8f;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return n;
-}
-
-/* Bytes the display of the byte sequence at @p takes, and how many input
- * bytes that covers (*used): a valid UTF-8 character as is, a control byte
- * or a byte that is not valid UTF-8 as "\xHH". */
-static size_t display_len(const unsigned char *p, size_t *used)
-{
-    size_t n = utf8_len(p);
-
-    if (n == 0 || control_at(p, NULL, 0)) {
-        *used = 1;
-        return 4;
-    }
-    *used = n;
-    return n;
-}
-
-char *sh_spec_display(const char *in, char *out, size_t outlen)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t total = 0, reserve, o = 0, used;
-    const unsigned char *p;
-
-    if (outlen == 0)
-        return out;
-    for (p = (const unsigned char *)in; *p != '\0'; p += used)
-        total += display_len(p, &used);
-    /* Room for "..." only when the whole string does not fit. */
-    reserve = total + 1 > outlen && outlen >= 4 ? 3 : 0;
-    for (p = (const unsigned char *)in; *p != '\0'; p += used) {
-        size_t need = display_len(p, &used);
-
-        if (o + need + reserve + 1 > outlen) {
-            memcpy(out + o, "...", reserve);
-            o += reserve;
-            break;
-        }
-        if (need == 4 && used == 1) {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[*p >> 4];
-            out[o++] = hex[*p & 0xf];
-        } else {
-            memcpy(out + o, p, need);
-            o += need;
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
-int sh_spec_escape_path(const char *path, char *out, size_t outlen)
-{
-    size_t o = 0;
-
-    if (outlen == 0) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (const char *p = path; *p != '\0'; p++) {
-        bool esc = *p == '\\' || *p == ':' || *p == ',';
-
-        if (o + (esc ? 2 : 1) >= outlen) {
-            out[o] = '\0';
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        if (esc)
-            out[o++] = '\\';
-        out[o++] = *p;
-    }
-    out[o] = '\0';
-    return 0;
-}
-
-int sh_spec_path_normalize(const char *in, char *out, size_t outlen,
-                           char *err, size_t errlen)
-{
-    char show[SHOW_MAX];
-    size_t limit = outlen < PATH_MAX ? outlen : PATH_MAX;
-    size_t o = 0;
-    const char *p = in;
-
-    if (in[0] != '/') {
-        sh_errf(err, errlen, "'%s' is not an absolute path",
-               sh_spec_display(in, show, sizeof(show)));
-        errno = EINVAL;
-        return -1;
-    }
-    for (const unsigned char *c = (const unsigned char *)in; *c != '\0'; c++) {
-        char what[32];
-
-        if (control_at(c, what, sizeof(what))) {
-            sh_errf(err, errlen, "'%s': control character (%s) in a path",
-                   sh_spec_display(in, show, sizeof(show)), what);
-            errno = EINVAL;
-            return -1;
-        }
-    }
-    if (limit < 2)
-        goto too_long;
-    out[o++] = '/';
-    while (*p != '\0') {
-        const char *q;
-        size_t len;
-
-        while (*p == '/')
-            p++;
-        if (*p == '\0')
-            break;
-        for (q = p; *q != '\0' && *q != '/'; q++)
-            ;
-        len = (size_t)(q - p);
-        if (len == 1 && p[0] == '.') {
-            p = q;
-            continue;
-        }
-        if (len == 2 && p[0] == '.' && p[1] == '.') {
-            sh_errf(err, errlen,
-                   "'%s': '..' components are not allowed (write the path "
-                   "without '..')", sh_spec_display(in, show, sizeof(show)));
-            errno = EINVAL;
-            return -1;
-        }
-        if (len > NAME_MAX) {
-            sh_errf(err, errlen,
-                   "'%s': a component is longer than %d bytes (NAME_MAX)",
-                   sh_spec_display(in, show, sizeof(show)), NAME_MAX);
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        if (o > 1)
-            out[o++] = '/';
-        if (o + len >= limit)
-            goto too_long;
-        memcpy(out + o, p, len);
-        o += len;
-        p = q;
-    }
-    out[o] = '\0';
-    return 0;
-
-too_long:
-    sh_errf(err, errlen, "'%s': path is too long (%d bytes or more; PATH_MAX)",
-           sh_spec_display(in, show, sizeof(show)), PATH_MAX);
-    errno = ENAMETOOLONG;
-    return -1;
-}
-
-int sh_spec_path_is_under(const char *path, const char *root)
-{
-    size_t rlen = strlen(root);
-
-    if (strcmp(root, "/") == 0)
-        return path[0] == '/' && path[1] != '\0';
-    if (strncmp(path, root, rlen) != 0)
-        return 0;
-    return path[rlen] == '/' && path[rlen + 1] != '\0';
-}
 
 /* ---- the set ---------------------------------------------------------- */
 
@@ -361,9 +136,9 @@ static int set_push(struct sh_spec_set *set, char *src, char *dst,
 
 /* Validate a normalised (src, dst) pair against @set and @pending, and add it
  * to @pending unless it is already present. */
-static int add_pair(const struct sh_spec_set *set, struct sh_spec_set *pending,
-                    const char *src, const char *dst, const char *origin,
-                    char *err, size_t errlen)
+int spec_add_pair(const struct sh_spec_set *set, struct sh_spec_set *pending,
+                  const char *src, const char *dst, const char *origin,
+                  char *err, size_t errlen)
 {
     char *s, *d, *o = NULL;
     int rc;
@@ -407,8 +182,8 @@ static int add_pair(const struct sh_spec_set *set, struct sh_spec_set *pending,
 }
 
 /* Move every image of @pending to the end of @set. */
-static int set_merge(struct sh_spec_set *set, struct sh_spec_set *pending,
-                     char *err, size_t errlen)
+int spec_set_merge(struct sh_spec_set *set, struct sh_spec_set *pending,
+                   char *err, size_t errlen)
 {
     if (pending->n == 0)
         return 0;
@@ -492,7 +267,7 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
             ri->has_dst = true;
             continue;
         }
-        if (control_at((const unsigned char *)p, what, sizeof(what))) {
+        if (spec_control_at((const unsigned char *)p, what, sizeof(what))) {
             sh_errf(err, errlen, "control character (%s) in a path", what);
             goto inval;
         }
@@ -614,7 +389,7 @@ static int resolve_image(const struct sh_spec_set *set,
         sh_errf(err, errlen, "destination %s", why);
         return -1;
     }
-    return add_pair(set, pending, src, dst, origin, err, errlen);
+    return spec_add_pair(set, pending, src, dst, origin, err, errlen);
 
 inval:
     errno = EINVAL;
@@ -657,7 +432,7 @@ int sh_spec_add_value(struct sh_spec_set *set, const char *value,
         p++; /* the ',' */
         index++;
     }
-    if (set_merge(set, &pending, err, errlen) != 0)
+    if (spec_set_merge(set, &pending, err, errlen) != 0)
         goto out;
     rc = 0;
 out:
@@ -666,237 +441,4 @@ out:
     free(pending.img);
     free(ri);
     return rc;
-}
-
-/* ---- wire form ---------------------------------------------------------- */
-
-static bool wire_safe(unsigned char c)
-{
-    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
-           (c >= '0' && c <= '9') || c == '/' || c == '.' || c == '_' ||
-           c == '-' || c == '+' || c == '@' || c == '=' || c == '~';
-}
-
-static size_t wire_len(const char *s)
-{
-    size_t n = 0;
-
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
-        n += wire_safe(*p) ? 1 : 3;
-    return n;
-}
-
-static char *wire_put(char *o, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-
-    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
-        if (wire_safe(*p)) {
-            *o++ = (char)*p;
-        } else {
-            *o++ = '%';
-            *o++ = hex[*p >> 4];
-            *o++ = hex[*p & 0xf];
-        }
-    }
-    return o;
-}
-
-char *sh_spec_set_serialize(const struct sh_spec_set *set)
-{
-    char head[32];
-    size_t len;
-    char *out, *o;
-
-    if (set == NULL || set->n == 0) {
-        errno = EINVAL;
-        return NULL;
-    }
-    snprintf(head, sizeof(head), "v%d;", SH_SPEC_FORMAT_VERSION);
-    len = strlen(head);
-    for (size_t i = 0; i < set->n; i++)
-        len += wire_len(set->img[i].src) + wire_len(set->img[i].dst) + 2;
-    out = malloc(len + 1);
-    if (out == NULL) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    o = out + strlen(head);
-    memcpy(out, head, strlen(head));
-    for (size_t i = 0; i < set->n; i++) {
-        if (i > 0)
-            *o++ = ',';
-        o = wire_put(o, set->img[i].src);
-        *o++ = ':';
-        o = wire_put(o, set->img[i].dst);
-    }
-    *o = '\0';
-    return out;
-}
-
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1; /* lower case is not canonical */
-}
-
-/* Decode one wire path from *pp up to one of @stops; NUL-terminated. */
-static int wire_get(const char **pp, const char *stops, char *out,
-                    size_t outlen, char *err, size_t errlen)
-{
-    const char *p = *pp;
-    size_t o = 0;
-
-    for (; *p != '\0' && strchr(stops, *p) == NULL; p++) {
-        unsigned char c = (unsigned char)*p;
-
-        if (c == '%') {
-            int hi = hex_digit(p[1]);
-            int lo = hi < 0 ? -1 : hex_digit(p[2]);
-
-            if (lo < 0) {
-                sh_errf(err, errlen, "bad %%-escape");
-                goto inval;
-            }
-            c = (unsigned char)(hi * 16 + lo);
-            if (c == 0 || wire_safe(c)) {
-                sh_errf(err, errlen, "not canonical: needless or NUL "
-                       "%%-escape");
-                goto inval;
-            }
-            p += 2;
-        } else if (!wire_safe(c)) {
-            sh_errf(err, errlen, "not canonical: unescaped byte 0x%02x",
-                   (unsigned)c);
-            goto inval;
-        }
-        if (o + 1 >= outlen) {
-            sh_errf(err, errlen, "a path is too long (%d bytes or more; "
-                   "PATH_MAX)", PATH_MAX);
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-        out[o++] = (char)c;
-    }
-    out[o] = '\0';
-    *pp = p;
-    return 0;
-
-inval:
-    errno = EINVAL;
-    return -1;
-}
-
-/* Check that @path (decoded from the wire) is normalised. */
-static int wire_path_ok(const char *role, const char *path, char *err,
-                        size_t errlen)
-{
-    char norm[PATH_MAX];
-    char why[SHOW_MAX + 200];
-
-    if (sh_spec_path_normalize(path, norm, sizeof(norm), why,
-                               sizeof(why)) != 0) {
-        sh_errf(err, errlen, "%s %s", role, why);
-        return -1;
-    }
-    if (strcmp(norm, path) != 0 || strcmp(path, "/") == 0) {
-        sh_errf(err, errlen, "%s '%s' is not in normal form", role,
-               sh_spec_display(path, why, sizeof(why)));
-        errno = EINVAL;
-        return -1;
-    }
-    return 0;
-}
-
-struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
-                                            size_t errlen)
-{
-    char src[PATH_MAX], dst[PATH_MAX];
-    struct sh_spec_set *set = NULL, *pending = NULL;
-    const char *p = text;
-    unsigned long version = 0;
-    char *again = NULL;
-    int digits = 0;
-
-    if (text == NULL || text[0] != 'v')
-        goto not_spec;
-    for (p = text + 1; *p >= '0' && *p <= '9' && digits < 9; p++, digits++)
-        version = version * 10 + (unsigned long)(*p - '0');
-    if (digits == 0 || *p != ';')
-        goto not_spec;
-    if (version != SH_SPEC_FORMAT_VERSION) {
-        sh_errf(err, errlen,
-               "spec format version %lu was written by a different stagehand "
-               "version; this node reads version %d (install the same "
-               "stagehand version on login and compute nodes and restart "
-               "slurmd)", version, SH_SPEC_FORMAT_VERSION);
-        errno = ENOTSUP;
-        return NULL;
-    }
-    p++;
-    if (*p == '\0') {
-        sh_errf(err, errlen, "spec has no image");
-        errno = EINVAL;
-        return NULL;
-    }
-    set = sh_spec_set_new();
-    pending = sh_spec_set_new();
-    if (set == NULL || pending == NULL) {
-        sh_errf(err, errlen, "out of memory");
-        goto fail;
-    }
-    for (;;) {
-        if (wire_get(&p, ":,", src, sizeof(src), err, errlen) != 0)
-            goto fail;
-        if (*p != ':') {
-            sh_errf(err, errlen, "malformed spec: image without ':'");
-            errno = EINVAL;
-            goto fail;
-        }
-        p++;
-        if (wire_get(&p, ":,", dst, sizeof(dst), err, errlen) != 0)
-            goto fail;
-        if (*p == ':') {
-            sh_errf(err, errlen, "malformed spec: image with two ':'");
-            errno = EINVAL;
-            goto fail;
-        }
-        if (wire_path_ok("source", src, err, errlen) != 0 ||
-            wire_path_ok("destination", dst, err, errlen) != 0)
-            goto fail;
-        if (add_pair(set, pending, src, dst, NULL, err, errlen) != 0 ||
-            set_merge(set, pending, err, errlen) != 0)
-            goto fail;
-        if (*p == '\0')
-            break;
-        p++;
-    }
-    again = sh_spec_set_serialize(set);
-    if (again == NULL) {
-        sh_errf(err, errlen, "out of memory");
-        goto fail;
-    }
-    if (strcmp(again, text) != 0) {
-        sh_errf(err, errlen, "not canonical (an image is repeated or "
-               "empty)");
-        errno = EINVAL;
-        goto fail;
-    }
-    free(again);
-    sh_spec_set_free(pending);
-    return set;
-
-not_spec:
-    sh_errf(err, errlen, "not a stagehand spec (expected it to start with "
-           "'v%d;')", SH_SPEC_FORMAT_VERSION);
-    errno = EINVAL;
-    return NULL;
-fail:
-    free(again);
-    sh_spec_set_free(pending);
-    sh_spec_set_free(set);
-    return NULL;
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "guard.h"
+#include "stagehand/clock.h"
 #include "stagehand/log.h"
 #include "stagehand/size.h"
 #include "xfer.h"
@@ -74,7 +75,7 @@ void sh_vote_error(struct sh_node_vote *v, int err, const char *fmt, ...)
 void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
                       struct sh_node_vote *v, MPI_Comm leaders)
 {
-    uint64_t start = sh_now_ns(), bound = start + o->timeout_ns / 2;
+    uint64_t start = (uint64_t)sh_now_ns(), bound = start + o->timeout_ns / 2;
     unsigned seed = (unsigned)getpid() ^ (unsigned)sh_now_ns();
     int waited = 0;
 
@@ -126,13 +127,13 @@ void sh_dest_lock_all(const struct sh_bcast_opts *o, struct sh_dest *d,
         sh_guard_wait(&req, "pre-check", "MPI_Iallreduce");
         if (!any_busy) {
             if (waited)
-                d->lock_wait_s = (double)(sh_now_ns() - start) / 1e9;
+                d->lock_wait_s = (double)((uint64_t)sh_now_ns() - start) / 1e9;
             return;
         }
         waited = 1;
         sh_publish_unlock(d->lockfd);
         d->lockfd = -1;
-        if (sh_now_ns() >= bound) {
+        if ((uint64_t)sh_now_ns() >= bound) {
             char lname[NAME_MAX + 1] = "";
 
             sh_publish_lockname(d->name, lname, sizeof(lname));

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "report.h"
+#include "stagehand/clock.h"
 #include "stagehand/log.h"
 #include "xfer.h"
 
@@ -220,7 +221,7 @@ static void on_alarm(int sig)
 void sh_guard_touch(void)
 {
     static uint64_t last;
-    uint64_t now = sh_now_ns(), dl, next;
+    uint64_t now = (uint64_t)sh_now_ns(), dl, next;
 
     if (sh_guard_stall_ns == 0 || now - last < 1000000000ULL)
         return;
@@ -235,7 +236,7 @@ void sh_guard_touch(void)
 void sh_guard_start_watchdog(int rank)
 {
     struct sigaction sa;
-    uint64_t now = sh_now_ns();
+    uint64_t now = (uint64_t)sh_now_ns();
     uint64_t when = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
     uint64_t secs = when > now ? (when - now + 999999999ULL) / 1000000000ULL : 1;
     int n;
@@ -256,7 +257,7 @@ void sh_guard_start_watchdog(int rank)
 
 void sh_guard_limit_startup(uint64_t limit_ns)
 {
-    uint64_t now = sh_now_ns();
+    uint64_t now = (uint64_t)sh_now_ns();
     uint64_t dl = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
     uint64_t next = now + limit_ns + 2000000000ULL;
     int n;
@@ -315,7 +316,7 @@ uint64_t sh_guard_stall_ns;
 
 void sh_guard_wait(MPI_Request *req, const char *phase, const char *what)
 {
-    uint64_t start = sh_now_ns();
+    uint64_t start = (uint64_t)sh_now_ns();
     unsigned idle = 0;
 
     sh_guard_touch();
@@ -327,9 +328,9 @@ void sh_guard_wait(MPI_Request *req, const char *phase, const char *what)
             sh_guard_mpi_fatal(phase, what, rc);
         if (flag)
             return;
-        if (sh_now_ns() >= sh_guard_deadline_ns)
+        if ((uint64_t)sh_now_ns() >= sh_guard_deadline_ns)
             sh_guard_deadline_abort(phase, what);
-        if (sh_guard_stall_ns > 0 && sh_now_ns() - start >= sh_guard_stall_ns) {
+        if (sh_guard_stall_ns > 0 && (uint64_t)sh_now_ns() - start >= sh_guard_stall_ns) {
             char detail[160];
 
             snprintf(detail, sizeof(detail), "%s made no progress for %llu s "

@@ -139,12 +139,42 @@ static int copy_path(char *dst, const char *src)
     return 0;
 }
 
+/* After the options: SRC and DST from the environment when not given, the
+ * checks that involve several options, and the read-ahead default. */
+static enum sh_opts_result complete(struct sh_bcast_opts *o, char *err, size_t errlen)
+{
+    const char *env;
+
+    /* The paths from the environment when not given (stagehand/bcast.h). */
+    if (o->source[0] == '\0' && (env = getenv(SH_BCAST_SOURCE_ENV)) != NULL &&
+        copy_path(o->source, env) != 0)
+        return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
+                    "bytes, no newline)", SH_BCAST_SOURCE_ENV, env, PATH_MAX);
+    if (o->dest[0] == '\0' && (env = getenv(SH_BCAST_DEST_ENV)) != NULL &&
+        copy_path(o->dest, env) != 0)
+        return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
+                    "bytes, no newline)", SH_BCAST_DEST_ENV, env, PATH_MAX);
+    if (o->source[0] == '\0')
+        return fail(err, errlen, "--source is required");
+    if (o->dest[0] == '\0')
+        return fail(err, errlen, "--dest is required");
+    if (o->dest[strlen(o->dest) - 1] == '/')
+        return fail(err, errlen, "--dest=%s: must name a file, not a directory",
+                    o->dest);
+    if (o->read_ahead > o->depth)
+        return fail(err, errlen, "--read-ahead=%u: must not exceed the pipeline "
+                    "depth (%u): each segment read needs its own buffer",
+                    o->read_ahead, o->depth);
+    if (o->read_ahead == 0)
+        o->read_ahead = sh_default_read_ahead(o->depth);
+    return SH_OPTS_RUN;
+}
+
 enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
                                         struct sh_bcast_opts *o,
                                         char *err, size_t errlen)
 {
     unsigned long v;
-    const char *env;
     int c;
 
     memset(o, 0, sizeof(*o));
@@ -158,7 +188,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     o->timeout_ns = SH_BCAST_DEFAULT_TIMEOUT_NS;
     o->stall_ns = SH_BCAST_DEFAULT_STALL_NS;
     o->source_rank = 0;
-    o->dir_mode = 0700;
+    o->dir_mode = SH_DEFAULT_DIR_MODE;
     err[0] = '\0';
 
     optind = 0;         /* glibc: full re-initialisation */
@@ -196,8 +226,7 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
             break;
         case OPT_SEGMENT:
             /* case F09: validated here, never clamped silently */
-            if (sh_parse_size(optarg, &o->segment) != 0 || o->segment == 0 ||
-                o->segment > SH_SEGMENT_MAX)
+            if (sh_parse_segment_size(optarg, &o->segment) != 0)
                 return fail(err, errlen, "--segment-size=%s: expected a size "
                             "from 1 byte to 1G (units K, M, G)", optarg);
             break;
@@ -274,27 +303,5 @@ enum sh_opts_result sh_bcast_opts_parse(int argc, char **argv,
     }
     if (optind < argc)
         return fail(err, errlen, "%s: unexpected argument", argv[optind]);
-    /* The paths from the environment when not given (stagehand/bcast.h). */
-    if (o->source[0] == '\0' && (env = getenv(SH_BCAST_SOURCE_ENV)) != NULL &&
-        copy_path(o->source, env) != 0)
-        return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
-                    "bytes, no newline)", SH_BCAST_SOURCE_ENV, env, PATH_MAX);
-    if (o->dest[0] == '\0' && (env = getenv(SH_BCAST_DEST_ENV)) != NULL &&
-        copy_path(o->dest, env) != 0)
-        return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
-                    "bytes, no newline)", SH_BCAST_DEST_ENV, env, PATH_MAX);
-    if (o->source[0] == '\0')
-        return fail(err, errlen, "--source is required");
-    if (o->dest[0] == '\0')
-        return fail(err, errlen, "--dest is required");
-    if (o->dest[strlen(o->dest) - 1] == '/')
-        return fail(err, errlen, "--dest=%s: must name a file, not a directory",
-                    o->dest);
-    if (o->read_ahead > o->depth)
-        return fail(err, errlen, "--read-ahead=%u: must not exceed the pipeline "
-                    "depth (%u): each segment read needs its own buffer",
-                    o->read_ahead, o->depth);
-    if (o->read_ahead == 0)
-        o->read_ahead = sh_default_read_ahead(o->depth);
-    return SH_OPTS_RUN;
+    return complete(o, err, errlen);
 }

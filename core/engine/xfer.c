@@ -47,14 +47,6 @@
 #define NAP_MIN_US 16u
 #define NAP_MAX_US 1000u
 
-uint64_t sh_now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
 /* State shared by the three threads; every field below the mutex is guarded
  * by it. Segment k lives in slot k % depth; the slot is reusable once the
  * writer consumed k and the MPI side (forward send / collective) finished. */
@@ -258,7 +250,7 @@ struct progress {
 static void progress_show(struct progress *p, const struct sh_sched *s,
                           uint64_t segs_done, int final)
 {
-    uint64_t now = sh_now_ns();
+    uint64_t now = (uint64_t)sh_now_ns();
     uint64_t bytes = segs_done >= s->nseg ? s->size : segs_done * s->segment;
     unsigned pct = s->size == 0 ? 100u : (unsigned)(bytes * 100 / s->size);
     double secs = (double)(now - p->start_ns) / 1e9;
@@ -361,7 +353,7 @@ static void ring_set_avail(struct ring *r, uint64_t avail, int shrink)
 static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res,
                         uint64_t k, uint64_t nseg, uint64_t last_progress)
 {
-    uint64_t now = sh_now_ns();
+    uint64_t now = (uint64_t)sh_now_ns();
 
     /* case F22: a peer that died or a link that stalls shows as a transfer
      * that moves nothing; fail it long before the overall deadline. */
@@ -391,6 +383,41 @@ static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *re
     return 1;
 }
 
+/* Withdraw the receives posted for segments [@from, @to) (slots of @in,
+ * a ring of @depth): the reader sends nothing after an error segment. */
+static void cancel_receives(MPI_Request *in, unsigned depth, uint64_t from, uint64_t to)
+{
+    for (uint64_t k = from; k < to; k++) {
+        unsigned sl = (unsigned)(k % depth);
+
+        MPI_Cancel(&in[sl]);
+        MPI_Wait(&in[sl], MPI_STATUS_IGNORE);
+    }
+}
+
+/* Advance *@nd over the segments below @upto whose request in @reqs (the
+ * ring's sends, or a non-reader's broadcasts) has finished; sets *@moved
+ * when one did. Returns 0, or -1 on an MPI error (res says which). */
+static int mpi_done(struct ring *r, struct sh_xfer_result *res, MPI_Request *reqs,
+                    uint64_t upto, uint64_t *nd, int *moved)
+{
+    int flag;
+
+    while (*nd < upto) {
+        MPI_Request *req = &reqs[*nd % r->depth];
+
+        if (*req != MPI_REQUEST_NULL) {
+            if (mpi_check(MPI_Test(req, &flag, MPI_STATUS_IGNORE), res, "send", *nd))
+                return -1;
+            if (!flag)
+                break;
+        }
+        (*nd)++;
+        *moved = 1;
+    }
+    return 0;
+}
+
 /* Main-thread loop, both algorithms. Returns 0 or -1 (res says why). */
 static int progress_loop(struct ring *r, struct sh_xfer_result *res)
 {
@@ -404,16 +431,17 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
     uint64_t nd = 0;        /* MPI finished for [0, nd) */
     struct progress prog = { 0 };
     unsigned idle = 0;
-    uint64_t last_progress = sh_now_ns(), last_written = 0, last_avail = 0;
+    uint64_t last_progress = (uint64_t)sh_now_ns(), last_written = 0, last_avail = 0;
     int down, up, rc = 0;
 
     MPI_Comm_rank(cfg->comm, &rank);
     MPI_Comm_size(cfg->comm, &size);
     down = rank + 1 < size ? rank + 1 : -1;
     up = rank - 1;
-    /* MPI_Request is a handle, in Open MPI a pointer */
-    in = calloc(r->depth, sizeof(*in));   /* NOLINT(bugprone-sizeof-expression) */
-    out = calloc(r->depth, sizeof(*out)); /* NOLINT(bugprone-sizeof-expression) */
+    /* MPI_Request is a handle, in Open MPI a pointer. r->depth >= 1 (opts.c
+     * checks it); clang's analyzer loses that across pthread_create. */
+    in = calloc(r->depth, sizeof(*in));   /* NOLINT(bugprone-sizeof-expression,clang-analyzer-optin.portability.UnixAPI) */
+    out = calloc(r->depth, sizeof(*out)); /* NOLINT(bugprone-sizeof-expression,clang-analyzer-optin.portability.UnixAPI) */
     if (in == NULL || out == NULL) {
         sh_msgf(res->msg, sizeof(res->msg), "out of memory");
         res->mpi_failed = 1;
@@ -425,7 +453,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
         in[i] = out[i] = MPI_REQUEST_NULL;
     prog.on = rank == 0 && cfg->progress;
     prog.tty = isatty(STDERR_FILENO);
-    prog.start_ns = sh_now_ns();
+    prog.start_ns = (uint64_t)sh_now_ns();
 
     for (;;) {
         uint64_t avail, limit, written;
@@ -497,12 +525,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
                 if (bad) {
                     /* the reader sends nothing after an error segment:
                      * withdraw the receives posted beyond it */
-                    for (uint64_t k = arrived; k < posted; k++) {
-                        unsigned sl = (unsigned)(k % r->depth);
-
-                        MPI_Cancel(&in[sl]);
-                        MPI_Wait(&in[sl], MPI_STATUS_IGNORE);
-                    }
+                    cancel_receives(in, r->depth, arrived, posted);
                     posted = arrived;
                     limit = arrived;
                     break;
@@ -510,20 +533,9 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
             }
         }
         /* MPI side of a slot is done when its send / collective finished */
-        while (nd < (rank == 0 ? posted : arrived)) {
-            unsigned slot = (unsigned)(nd % r->depth);
-            MPI_Request *req = (!chain && rank != 0) ? &in[slot] : &out[slot];
-
-            if (*req != MPI_REQUEST_NULL) {
-                rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
-                if (mpi_check(rc, res, "send", nd))
-                    goto fail;
-                if (!flag)
-                    break;
-            }
-            nd++;
-            moved = 1;
-        }
+        if (mpi_done(r, res, (!chain && rank != 0) ? in : out,
+                     rank == 0 ? posted : arrived, &nd, &moved) != 0)
+            goto fail;
         if (moved)
             ring_set_net(r, nd);
         progress_show(&prog, s, written < nd ? written : nd, 0);
@@ -532,7 +544,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
             (rank != 0 || avail >= limit))
             break;
         if (moved || written != last_written || avail != last_avail) {
-            last_progress = sh_now_ns();
+            last_progress = (uint64_t)sh_now_ns();
             last_written = written;
             last_avail = avail;
             sh_guard_touch();

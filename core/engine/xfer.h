@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "opts.h"
+#include "stagehand/clock.h"
 #include "stagehand/hash.h"
 #include "stagehand/io.h"
 #include "stagehand/publish.h"
@@ -51,8 +52,5 @@ struct sh_xfer_result {
  * (check res->src_status and res->write_err), -1 on MPI failure or deadline
  * (res->mpi_failed / res->timed_out). */
 int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res);
-
-/* Monotonic clock in nanoseconds. */
-uint64_t sh_now_ns(void);
 
 #endif

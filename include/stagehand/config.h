@@ -25,8 +25,8 @@
  *                 kernel's ip_unprivileged_port_start (1024)
  *                 so no user can take a port (ctlport.h)
  * fanout          control-tree fanout, 1..1024              32
- * segment_size    engine segment, bytes with unit           1M (measured:
- *                 (K/M/G, KiB/...), > 0 and <= 1 GiB
+ * segment_size    engine segment, bytes with unit           512K (measured:
+ *                 (K/M/G, KiB/...), > 0 and <= 1 GiB (SH_SEGMENT_MAX)
  *                 (case F09: "4G" is refused)
  * pipeline_depth  segments in flight per node, 1..64        8 doc/
  *                                                           performance.md)
@@ -69,7 +69,6 @@
 
 #define SH_CONFIG_MAX_ROOTS 16
 #define SH_CONFIG_ROOT_MAX 256
-#define SH_CONFIG_SEGMENT_MAX (1ULL << 30)
 
 enum sh_node_fault { SH_FAULT_FAIL = 0, SH_FAULT_DRAIN };
 

@@ -20,8 +20,16 @@ enum sh_hash_algo { SH_HASH_XXH3 = 1, SH_HASH_SHA256 = 2 };
 
 /* Data-path defaults shared by the engine's command line and the plugstack
  * configuration (measured: doc/performance.md). */
-#define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 19)   /* bytes */
+#define SH_DEFAULT_SEGMENT_SIZE (UINT64_C(1) << 19)   /* bytes: 512 KiB */
+/* The largest segment: one segment and its status header travel as one MPI
+ * message whose count is an int (case F09), so 1 GiB + header < INT_MAX. */
+#define SH_SEGMENT_MAX (UINT64_C(1) << 30)            /* bytes: 1 GiB */
 #define SH_DEFAULT_PIPELINE_DEPTH 8u                  /* segments per rank */
+#define SH_MAX_PIPELINE_DEPTH 64u                     /* segments per rank */
+#define SH_DEFAULT_TIMEOUT_NS (UINT64_C(600) * 1000000000u) /* ns: whole staging */
+/* Mode of the directories of DST's path that stagehand creates (before the
+ * job's umask); the owner always keeps rwx. */
+#define SH_DEFAULT_DIR_MODE 0700u
 /* Segments the reading rank reads from SRC at once: one read at a time left
  * an sshfs source idle for a round trip per segment (48 vs 59 MB/s on a
  * 60 MB/s link, bench/results/latest.md). */

@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SH_SEGMENT_MAX (UINT64_C(1) << 30)  /* 1 GiB: count + header < INT_MAX */
+#include "stagehand/modes.h"   /* SH_SEGMENT_MAX */
+
 #define SH_SEG_HDR_LEN 16                   /* bytes of status header per message */
 
 struct sh_sched {

@@ -10,6 +10,13 @@
  * negative, unknown unit) or ERANGE (overflow of uint64_t). */
 int sh_parse_size(const char *text, uint64_t *out);
 
+/* Parse a segment size (plugstack segment_size=, the engine's
+ * --segment-size): a size as sh_parse_size() reads it, from 1 byte to
+ * SH_SEGMENT_MAX (stagehand/modes.h; case F09: refused, never clamped).
+ * Returns 0, or -1 with errno = EINVAL (not a size) or ERANGE (0, above
+ * SH_SEGMENT_MAX, or overflow). */
+int sh_parse_segment_size(const char *text, uint64_t *out);
+
 /* Parse a plain decimal integer (digits only, the whole string: no sign,
  * space or suffix) into *out. Returns 0, or -1 with errno = EINVAL (empty or
  * not digits) or ERANGE (overflow of uint64_t). */

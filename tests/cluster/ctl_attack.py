@@ -32,7 +32,7 @@ M64 = (1 << 64) - 1
 
 
 def derive_port(jobid, stepid, base, rng):
-    """sh_ctl_derive_port() of core/agent/ctl.c."""
+    """sh_ctl_derive_port() of core/common/ctlport.c."""
     x = ((jobid * 0x9E3779B97F4A7C15) & M64) ^ ((stepid + 0x632BE59BD9B4E019) & M64)
     x ^= x >> 30
     x = (x * 0xBF58476D1CE4E5B9) & M64

@@ -4,7 +4,7 @@
 # does not hold the job key (nobody), are rejected and logged, and the
 # staging is unaffected. doc/design.md §3 (control plane), §6.
 #
-# The leader listens only while its tree forms (ctl.c closes the listener
+# The leader listens only while its tree forms (ctl_join.c closes the listener
 # once every child has joined), so the test keeps that window open: n3 is
 # frozen (minicluster freeze: its slurmd and everything in its namespace)
 # before the job starts, so the leader waits for it. The port is derived from

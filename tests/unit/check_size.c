@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "stagehand/modes.h"
 #include "stagehand/size.h"
 
 #include "check_main.h"
@@ -41,6 +42,32 @@ START_TEST(size_rejects)
     ck_assert_int_eq(errno, ERANGE);
     ck_assert_int_eq(sh_parse_size("17179869184T", &v), -1);
     ck_assert_int_eq(errno, ERANGE);
+}
+END_TEST
+
+/* case F09: one parse of the segment size for the plugstack and the engine. */
+START_TEST(segment_size_bounds)
+{
+    uint64_t v = 7;
+
+    ck_assert_int_eq(sh_parse_segment_size("512K", &v), 0);
+    ck_assert_uint_eq(v, 512ULL << 10);
+    ck_assert_int_eq(sh_parse_segment_size("1", &v), 0);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(sh_parse_segment_size("1G", &v), 0);
+    ck_assert_uint_eq(v, SH_SEGMENT_MAX);
+    v = 7;
+    ck_assert_int_eq(sh_parse_segment_size("0", &v), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_int_eq(sh_parse_segment_size("1025M", &v), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_int_eq(sh_parse_segment_size("99999999999999999999", &v), -1);
+    ck_assert_int_eq(errno, ERANGE);
+    ck_assert_int_eq(sh_parse_segment_size("8X", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(sh_parse_segment_size("-1", &v), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_uint_eq(v, 7);
 }
 END_TEST
 
@@ -120,6 +147,7 @@ static Suite *size_suite(void)
 
     tcase_add_test(tc, size_units);
     tcase_add_test(tc, size_rejects);
+    tcase_add_test(tc, segment_size_bounds);
     tcase_add_test(tc, duration_units);
     tcase_add_test(tc, u64_plain_decimal);
     tcase_add_test(tc, octal_modes);

@@ -153,7 +153,7 @@ static void run_reader(enum sh_algorithm alg, unsigned read_ahead, unsigned slow
     cfg.src_fd = src_fd;
     cfg.io = &io;
     cfg.pub = NULL;
-    cfg.deadline_ns = sh_now_ns() + 60ULL * 1000000000ULL;
+    cfg.deadline_ns = (uint64_t)sh_now_ns() + 60ULL * 1000000000ULL;
 
     ck_assert_msg(sh_xfer_run(&cfg, &res) == 0, "transfer failed: %s", res.msg);
     ck_assert_uint_eq(res.src_status, SH_SEG_OK);
