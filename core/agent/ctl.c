@@ -1,11 +1,11 @@
-/* Agent control-plane tree (see stagehand/ctl.h): its shape, closing it,
+/* Agent control-plane tree (see ctl.h): its shape, closing it,
  * and the state a sentinel hands over. */
 #include "config.h"
 #include "stagehand/bytes.h"
-#include "stagehand/ctl.h"
+#include "ctl.h"
 #include "stagehand/clock.h"
-#include "stagehand/frame.h"
-#include "stagehand/handshake.h"
+#include "frame.h"
+#include "handshake.h"
 #include "stagehand/log.h"
 #include "ctl_internal.h"
 

@@ -8,10 +8,10 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "stagehand/ctl.h"
-#include "stagehand/frame.h"
-#include "stagehand/handshake.h"
-#include "stagehand/key.h"
+#include "ctl.h"
+#include "frame.h"
+#include "handshake.h"
+#include "key.h"
 
 #define MSG_GATHER  1u
 #define MSG_BCAST   2u

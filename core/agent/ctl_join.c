@@ -2,10 +2,10 @@
  * (sh_ctl_join). */
 #include "config.h"
 #include "stagehand/bytes.h"
-#include "stagehand/ctl.h"
+#include "ctl.h"
 #include "stagehand/clock.h"
-#include "stagehand/frame.h"
-#include "stagehand/handshake.h"
+#include "frame.h"
+#include "handshake.h"
 #include "stagehand/log.h"
 #include "ctl_internal.h"
 

@@ -1,10 +1,10 @@
 /* Agent control-plane tree: the listener and the children's handshakes. */
 #include "config.h"
 #include "stagehand/bytes.h"
-#include "stagehand/ctl.h"
+#include "ctl.h"
 #include "stagehand/clock.h"
-#include "stagehand/frame.h"
-#include "stagehand/handshake.h"
+#include "frame.h"
+#include "handshake.h"
 #include "stagehand/log.h"
 #include "ctl_internal.h"
 

@@ -1,7 +1,7 @@
-/* Authenticated control-plane frames (see stagehand/frame.h). */
+/* Authenticated control-plane frames (see frame.h). */
 #include "config.h"
 #include "stagehand/bytes.h"
-#include "stagehand/frame.h"
+#include "frame.h"
 #include "stagehand/clock.h"
 #include "stagehand/log.h"
 

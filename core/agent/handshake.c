@@ -1,7 +1,7 @@
-/* Control-plane handshake (see stagehand/handshake.h). */
+/* Control-plane handshake (see handshake.h). */
 #include "config.h"
 #include "stagehand/bytes.h"
-#include "stagehand/handshake.h"
+#include "handshake.h"
 #include "stagehand/clock.h"
 #include "stagehand/log.h"
 

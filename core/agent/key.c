@@ -1,7 +1,7 @@
-/* Site key loading and key derivation (see stagehand/key.h). */
+/* Site key loading and key derivation (see key.h). */
 #include "config.h"
 #include "stagehand/bytes.h"
-#include "stagehand/key.h"
+#include "key.h"
 #include "stagehand/log.h"
 
 #include <errno.h>

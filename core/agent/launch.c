@@ -1,7 +1,7 @@
 /* stagehand-agent --prolog: the engine's launch. On the nodes that take
  * part in an image's copy: join the image's own control tree, agree on a
  * PMIx namespace, and run the engine (stagehand-bcast) under the embedded
- * PMIx server (stagehand/pmix_host.h) with its environment (engine_env;
+ * PMIx server (pmix_host.h) with its environment (engine_env;
  * the site's part, mpi_env, read as root by root_setup), its output in the
  * runtime directory; then classify how it ended. */
 #include "config.h"
@@ -23,7 +23,7 @@
 #include "stagehand/hash.h"
 #include "stagehand/log.h"
 #include "stagehand/modes.h"
-#include "stagehand/pmix_host.h"
+#include "pmix_host.h"
 
 /* Read the site's mpi_env file (plugstack mpi_env=; F22: transport and
  * interface selection for the engine): "KEY=VALUE" lines, '#' comments and

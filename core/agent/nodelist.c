@@ -1,6 +1,6 @@
-/* Node list expansion with libslurm's hostlist API (see stagehand/ctl.h). */
+/* Node list expansion with libslurm's hostlist API (see ctl.h). */
 #include "config.h"
-#include "stagehand/ctl.h"
+#include "ctl.h"
 #include "stagehand/log.h"
 
 #include <errno.h>

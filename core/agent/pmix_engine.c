@@ -1,9 +1,9 @@
 /* Embedded PMIx host: the engine process (start, reap, stop) and what the
  * nodes exchange about it (exit statuses, fence data, failures). */
 #include "config.h"
-#include "stagehand/pmix_host.h"
+#include "pmix_host.h"
 #include "stagehand/clock.h"
-#include "stagehand/key.h"
+#include "key.h"
 #include "stagehand/log.h"
 #include "pmix_internal.h"
 

@@ -1,9 +1,9 @@
-/* Embedded PMIx server hosting the engine (see stagehand/pmix_host.h): the
+/* Embedded PMIx server hosting the engine (see pmix_host.h): the
  * engine phase, run in a child process, and sh_pmix_run. */
 #include "config.h"
-#include "stagehand/pmix_host.h"
+#include "pmix_host.h"
 #include "stagehand/clock.h"
-#include "stagehand/key.h"
+#include "key.h"
 #include "stagehand/log.h"
 #include "pmix_internal.h"
 

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "stagehand/pmix_host.h"
+#include "pmix_host.h"
 
 /* The PMIx headers' inline helpers do not build cleanly under our
  * conversion warnings; they are not our code. */

@@ -1,6 +1,6 @@
-/* Loading the PMIx host module (see stagehand/pmix_host.h). */
+/* Loading the PMIx host module (see pmix_host.h). */
 #include "config.h"
-#include "stagehand/pmix_host.h"
+#include "pmix_host.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,10 +1,10 @@
-/* Embedded PMIx host (stagehand/pmix_host.h): the PMIx server's callbacks,
+/* Embedded PMIx host (pmix_host.h): the PMIx server's callbacks,
  * which run in the PMIx progress thread and hand requests to the main
  * thread, and the server's set-up (namespace, client). */
 #include "config.h"
-#include "stagehand/pmix_host.h"
+#include "pmix_host.h"
 #include "stagehand/clock.h"
-#include "stagehand/key.h"
+#include "key.h"
 #include "stagehand/log.h"
 #include "pmix_internal.h"
 

@@ -23,8 +23,8 @@
 
 #include "stagehand/agentio.h"
 #include "stagehand/config.h"
-#include "stagehand/ctl.h"
-#include "stagehand/key.h"
+#include "ctl.h"
+#include "key.h"
 #include "stagehand/kv.h"
 #include "stagehand/spec.h"
 #include "stagehand/status.h"

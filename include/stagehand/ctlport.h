@@ -1,4 +1,4 @@
-/* Control-plane ports (stagehand/ctl.h): a job step's agents listen on a port
+/* Control-plane ports (core/agent/ctl.h): a job step's agents listen on a port
  * derived from its job and step id within the site's range, probing upward
  * past ports that are taken. Shared by the agent (ctl.c) and the plugin's
  * sentinel (spank/sentinel.c), which binds the port for its agent; needs no

@@ -30,9 +30,9 @@
 #include <unistd.h>
 
 #include "stagehand/clock.h"
-#include "stagehand/ctl.h"
+#include "core/agent/ctl.h"
 #include "stagehand/log.h"
-#include "stagehand/pmix_host.h"
+#include "core/agent/pmix_host.h"
 
 #define MAXN 16
 

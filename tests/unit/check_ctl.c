@@ -1,4 +1,4 @@
-/* Control plane (stagehand/ctl.h, handshake.h): node list expansion, the
+/* Control plane (core/agent/ctl.h, handshake.h): node list expansion, the
  * handshake (a keyless or foreign peer is rejected), and trees of agents as
  * separate processes on 127.0.0.1: allgather, broadcast, gather, and
  * deadlines that name the missing nodes (case F21). */
@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "stagehand/clock.h"
-#include "stagehand/ctl.h"
-#include "stagehand/handshake.h"
+#include "core/agent/ctl.h"
+#include "core/agent/handshake.h"
 #include "stagehand/log.h"
 
 #include "check_main.h"

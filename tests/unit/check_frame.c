@@ -1,4 +1,4 @@
-/* Authenticated frames (stagehand/frame.h): forged, truncated, oversized and
+/* Authenticated frames (core/agent/frame.h): forged, truncated, oversized and
  * replayed frames are rejected with a logged reason. */
 #include "config.h"
 
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "stagehand/clock.h"
-#include "stagehand/frame.h"
+#include "core/agent/frame.h"
 #include "stagehand/log.h"
 
 #include "check_main.h"

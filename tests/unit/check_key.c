@@ -1,4 +1,4 @@
-/* Site key loading and key derivation (stagehand/key.h). */
+/* Site key loading and key derivation (core/agent/key.h). */
 #include "config.h"
 
 #include <check.h>
@@ -12,7 +12,7 @@
 
 #include <openssl/evp.h>
 
-#include "stagehand/key.h"
+#include "core/agent/key.h"
 #include "stagehand/log.h"
 
 #include "check_main.h"

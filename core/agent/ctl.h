@@ -6,7 +6,7 @@
  * N-1 <= k). Nodes with children listen on a port derived from job and step
  * id within [port_base, port_base+port_range), probing upward when it is
  * taken; children probe the same ports and keep the one whose handshake
- * proves the right job, step and node (stagehand/handshake.h).
+ * proves the right job, step and node (handshake.h).
  *
  * Every operation is collective: all nodes call the same operations in the
  * same order. Operations are bounded by an absolute deadline; waits are
@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "stagehand/ctlport.h"
-#include "stagehand/key.h"
+#include "key.h"
 
 #define SH_CTL_FANOUT_DEFAULT   32u
 #define SH_CTL_MARGIN_DEFAULT   (250 * INT64_C(1000000))   /* ns per tree level */

@@ -34,7 +34,7 @@
 #include <sys/types.h>
 
 #include "stagehand/bcast.h"
-#include "stagehand/ctl.h"
+#include "ctl.h"
 
 struct sh_pmix_cfg {
     struct sh_ctl *ctl;          /* tree of the participating nodes; rank = index */

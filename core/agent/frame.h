@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stagehand/key.h"
+#include "key.h"
 
 #define SH_FRAME_MAGIC        0x53484346u
 #define SH_FRAME_VERSION      1u

@@ -11,14 +11,14 @@
  * indices, so a peer of another job or step (on a probed port), or the wrong
  * node, is told apart from the right one. The server proves first: the
  * client reveals nothing to a server that does not know K_job. After the
- * handshake both sides hold per-direction session keys (stagehand/key.h). */
+ * handshake both sides hold per-direction session keys (key.h). */
 #ifndef STAGEHAND_HANDSHAKE_H
 #define STAGEHAND_HANDSHAKE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "stagehand/frame.h"
+#include "frame.h"
 
 /* An authenticated connection. */
 struct sh_chan {
