@@ -454,13 +454,13 @@ static int load_mpi_env(struct agent *a, char *err, size_t errlen)
     return 0;
 }
 
-/* Is "KEY=" set by the site's mpi_env? */
-static bool mpi_env_has(const struct agent *a, const char *key)
+/* Is the KEY of "KEY=VALUE" @setting set by the site's mpi_env? */
+static bool mpi_env_has(const struct agent *a, const char *setting)
 {
-    size_t len = strlen(key);
+    size_t len = strcspn(setting, "=");
 
     for (int i = 0; i < a->n_mpi_env; i++)
-        if (strncmp(a->mpi_env[i], key, len) == 0 && a->mpi_env[i][len] == '=')
+        if (strncmp(a->mpi_env[i], setting, len) == 0 && a->mpi_env[i][len] == '=')
             return true;
     return false;
 }
@@ -994,15 +994,10 @@ again:
         };
         /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
          * under a foreign PMIx server (measured-facts.md); the site's
-         * mpi_env settings come next; ob1 over TCP is the default where the
-         * site chose no transport. */
-        static const char *const dflt[][2] = {
-            { "OMPI_MCA_pml", "OMPI_MCA_pml=ob1" },
-            { "OMPI_MCA_btl", "OMPI_MCA_btl=self,vader,tcp" },
-            { "OMPI_MCA_btl_base_warn_component_unused",
-              "OMPI_MCA_btl_base_warn_component_unused=0" },
-        };
-        const char *envp[7 + MAX_MPI_ENV + 3 + 1];
+         * mpi_env settings come next, then the defaults of the plugstack's
+         * pml= that the site did not set. */
+        const char *const *pml_env = sh_config_pml_env(a->cfg.pml);
+        const char *envp[7 + MAX_MPI_ENV + SH_CONFIG_PML_ENV_MAX + 1];
         size_t ne = 0;
 
         envp[ne++] = env_src;
@@ -1014,9 +1009,9 @@ again:
         envp[ne++] = env_tmp;
         for (int i = 0; i < a->n_mpi_env; i++)
             envp[ne++] = a->mpi_env[i];
-        for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++)
-            if (!mpi_env_has(a, dflt[i][0]))
-                envp[ne++] = dflt[i][1];
+        for (size_t i = 0; pml_env[i] != NULL && i < SH_CONFIG_PML_ENV_MAX; i++)
+            if (!mpi_env_has(a, pml_env[i]))
+                envp[ne++] = pml_env[i];
         envp[ne] = NULL;
         struct sh_pmix_cfg pc = {
             .ctl = sub,

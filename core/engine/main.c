@@ -628,12 +628,25 @@ static void tcp_eager_defaults(void)
  * With its fault tolerance on (ULFM, built into Debian's 5.0.7) a failed
  * peer is an error returned to the call (MPI_ERRORS_RETURN, as under 4.1),
  * which the engine's error paths handle: temp file removed, one error exit.
+ * ULFM supports only the ob1 pml: with OMPI_MCA_pml=ucx, 5.0.7 crashed in
+ * MPI_Init (SIGSEGV), so it stays off when the pml asked for is not ob1.
  * A value the site or user set is kept; 4.1 has no such setting. */
 static void fault_defaults(void)
 {
 #if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
-    setenv("OMPI_MCA_mpi_ft_enable", "1", 0);
+    const char *pml = getenv("OMPI_MCA_pml");
+
+    if (pml == NULL || strcmp(pml, "ob1") == 0)
+        setenv("OMPI_MCA_mpi_ft_enable", "1", 0);
 #endif
+}
+
+/* UCX writes its warnings to stdout unless told otherwise (UCX_LOG_FILE),
+ * and the engine's stdout is its report (--json): UCX's lines go to stderr,
+ * the engine's log, unless the site or user chose a log file. */
+static void ucx_log_defaults(void)
+{
+    setenv("UCX_LOG_FILE", "stderr", 0);
 }
 
 int main(int argc, char **argv)
@@ -702,6 +715,7 @@ int main(int argc, char **argv)
 
     tcp_eager_defaults();
     fault_defaults();
+    ucx_log_defaults();
     rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "stagehand-bcast: MPI_Init_thread failed\n");
