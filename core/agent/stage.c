@@ -1009,7 +1009,7 @@ again:
         envp[ne++] = env_tmp;
         for (int i = 0; i < a->n_mpi_env; i++)
             envp[ne++] = a->mpi_env[i];
-        for (size_t i = 0; pml_env[i] != NULL && i < SH_CONFIG_PML_ENV_MAX; i++)
+        for (size_t i = 0; i < SH_CONFIG_PML_ENV_MAX && pml_env[i] != NULL; i++)
             if (!mpi_env_has(a, pml_env[i]))
                 envp[ne++] = pml_env[i];
         envp[ne] = NULL;
