@@ -127,6 +127,11 @@ if [ "$fabric" = 1 ]; then
     [ "$given_sizes" = 1 ] || sizes=1024
     [ "$given_reps" = 1 ] || reps=2
     [ "$given_methods" = 1 ] || methods="chain-ob1 chain-ucx bcast-ob1 mpibcast cp"
+    # its results go to --out as fabric-STACK-DATE.*; the calibration's
+    # latest.* files (the shaped regime's) to a scratch directory
+    fabric_out=$out
+    mkdir -p "$fabric_out"
+    out=$(mktemp -d /tmp/stagehand-fabric.XXXXXX)
 fi
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: must run as root (minicluster)" >&2; exit 2; }
 base_reps=${base_reps:-$reps}
@@ -342,7 +347,7 @@ mkdir -p "$out"
 scratch=$(mktemp -d /tmp/stagehand-bench.XXXXXX)   # per-run outputs of the tools
 echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases,host_reported_mib,host_cpu_busy_pct" >"$csv.tmp"
 row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
-fcsv="$out/fabric-$stack-$(date -u +%Y-%m-%d).csv"
+fcsv="${fabric_out:-$out}/fabric-$stack-$(date -u +%Y-%m-%d).csv"
 if [ "$fabric" = 1 ]; then
     [ -x "$bcast_loop" ] || { echo "bench/run.sh: $bcast_loop not installed (-Dinstall_tests=true)" >&2; exit 2; }
     echo "size_mib,method,nodes,rep,seconds,ok,own_seconds,transfer_seconds,cpu_reader,cpu_forwarder,cpu_last,load1,host_cpu_busy_pct" >"$fcsv"
@@ -456,7 +461,9 @@ EOF
     exit 0
 fi
 if [ "$fabric" = 1 ]; then
+    cp "$calib" "${fcsv%.csv}.calib"
     python3 "$top/bench/fabric_report.py" --csv "$fcsv" --calib "$calib" --out "${fcsv%.csv}.md"
+    rm -rf "$out"
     say "results: ${fcsv%.csv}.md, $fcsv ($(($(date +%s) - t_start)) s)"
     exit 0
 fi
