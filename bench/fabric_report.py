@@ -123,7 +123,7 @@ def main():
         for other in methods:
             if other in (chain, "chain-ucx"):
                 continue
-            if other == "mpibcast":
+            if other.startswith("mpibcast"):
                 p(verdict(n, chain, other, "xfer", "own", slack))
             else:
                 p(verdict(n, chain, other, "wall", "wall", slack))
