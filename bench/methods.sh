@@ -180,7 +180,7 @@ has() { [[ " $methods " == *" $1 "* ]]; }
 pml_env() { # ob1|ucx -> KEY=VALUE words for env(1)
     case "$1" in
         ob1) echo "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0" ;;
-        ucx) echo "OMPI_MCA_pml=ucx OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any UCX_TLS=tcp,self,sm" ;;
+        ucx) echo "OMPI_MCA_pml=ucx OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any UCX_TLS=tcp,self,sm UCX_LOG_FILE=stderr" ;;
     esac
 }
 frow() { echo "$*" | tr ' ' ',' >>"$fcsv"; }

@@ -157,6 +157,7 @@ const char *const *sh_config_pml_env(enum sh_pml pml)
         "OMPI_MCA_pml_ucx_tls=any",
         "OMPI_MCA_pml_ucx_devices=any",
         "UCX_TLS=tcp,self,sm",
+        "UCX_LOG_FILE=stderr",
         NULL,
     };
     static const char *const none[] = { NULL };

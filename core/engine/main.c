@@ -641,14 +641,6 @@ static void fault_defaults(void)
 #endif
 }
 
-/* UCX writes its warnings to stdout unless told otherwise (UCX_LOG_FILE),
- * and the engine's stdout is its report (--json): UCX's lines go to stderr,
- * the engine's log, unless the site or user chose a log file. */
-static void ucx_log_defaults(void)
-{
-    setenv("UCX_LOG_FILE", "stderr", 0);
-}
-
 int main(int argc, char **argv)
 {
     static struct run run;          /* large (paths): keep it off the stack */
@@ -715,7 +707,6 @@ int main(int argc, char **argv)
 
     tcp_eager_defaults();
     fault_defaults();
-    ucx_log_defaults();
     rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
         fprintf(stderr, "stagehand-bcast: MPI_Init_thread failed\n");

@@ -161,7 +161,11 @@ const char *sh_config_pml_name(enum sh_pml pml);
  *         a node without an InfiniBand or RoCE device; see ompi_info --all),
  *         and UCX_TLS=tcp,self,sm: UCX's TCP and shared-memory transports,
  *         which every node has; a site with InfiniBand sets UCX_TLS (e.g.
- *         rc,sm,self) in its mpi_env file;
+ *         rc,sm,self) in its mpi_env file; and UCX_LOG_FILE=stderr: UCX
+ *         logs to stdout by default, and the engine's stdout is its report.
+ *         It must be in the environment the engine starts with: Open MPI 5
+ *         loads UCX before main(), and a UCX_LOG_FILE set later is only
+ *         reported (on stdout) as an unused variable;
  *   auto: nothing: the site's Open MPI settings (openmpi-mca-params.conf,
  *         its mpi_env file) decide.
  * An unknown @pml gives the empty list. */
