@@ -18,7 +18,7 @@
 # and for every run the bytes the storage host read (rchar of its sftp server
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
 #
-#   bench/run.sh [--smoke] [--stack bookworm|trixie] [--sizes "256 1024"]
+#   bench/run.sh [--smoke | --fabric] [--stack bookworm|trixie] [--sizes "256 1024"]
 #                [--nodes "2 4 8"] [--reps 3] [--noop-reps 7] [--baseline-reps N]
 #                [--link RATE] [--storage RATE]
 #                [--methods "plugin chain bcast sbcast cp noop"]
@@ -34,6 +34,18 @@
 # --baseline-reps: repetitions of sbcast and cp, the slow baselines (default
 # --reps). A failed run (e.g. a crashed rank) is recorded as failed, not
 # repeated, and counts in the "ok" column.
+#
+# --fabric: the fast-fabric regime (issue 32): unshaped links, the shared
+# directory bound in (no storage host), 1 GiB at N = 2, 4, 8 (--sizes,
+# --nodes), --reps 2 by default, and the methods chain-ob1 chain-ucx
+# bcast-ob1 mpibcast cp (--methods; bcast-ucx also exists) alternating after
+# a warm-up staging: the engine over ob1/TCP and over UCX (UCX's TCP
+# transport), per-segment MPI_Ibcast, an in-memory MPI_Bcast loop
+# (mpi_bcast_check: no file I/O) and srun cp. With a bound-in /shared every
+# node's cp reads the host's page cache: that baseline measures N parallel
+# memory copies into each node's tmpfs, not a fabric. It records the
+# engine's CPU seconds by role and writes fabric-<stack>-<date>.csv and .md
+# (bench/fabric_report.py) into --out.
 #
 # --smoke: CI variant (32 MiB, N=2, one repetition of plugin and chain, no
 # report files); exits non-zero when a broadcast fails or stagehand's storage
@@ -68,7 +80,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 mc="$top/contrib/minicluster/minicluster"
 rootfs="$top/contrib/minicluster/rootfs"
 
-smoke=0 build=1 keep=0 stack=bookworm
+smoke=0 fabric=0 build=1 keep=0 stack=bookworm given_reps=0 given_methods=0 given_sizes=0
 sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
 link=400mbit storage=80mbps auto_rate=1 rate_steps=""
 methods="plugin chain bcast sbcast cp noop"
@@ -76,15 +88,16 @@ out="$top/bench/results"
 while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1; shift ;;
+        --fabric) fabric=1; shift ;;
         --stack) stack=${2:?}; shift 2 ;;
-        --sizes) sizes=${2:?}; shift 2 ;;
+        --sizes) sizes=${2:?}; given_sizes=1; shift 2 ;;
         --nodes) nodes=${2:?}; shift 2 ;;
-        --reps) reps=${2:?}; shift 2 ;;
+        --reps) reps=${2:?}; given_reps=1; shift 2 ;;
         --noop-reps) noop_reps=${2:?}; shift 2 ;;
         --baseline-reps) base_reps=${2:?}; shift 2 ;;
         --link) link=${2:?}; auto_rate=0; shift 2 ;;
         --storage) storage=${2:?}; auto_rate=0; shift 2 ;;
-        --methods) methods=${2:?}; shift 2 ;;
+        --methods) methods=${2:?}; given_methods=1; shift 2 ;;
         --no-build) build=0; shift ;;
         --keep) keep=1; shift ;;
         --out) out=${2:?}; shift 2 ;;
@@ -103,17 +116,32 @@ export MINICLUSTER_NET=${MINICLUSTER_NET:-${d[1]}}
 export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-${d[2]}}
 export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-${d[3]}}
 build_dir=${BENCH_BUILD_DIR:-${d[4]}}
+shared=sshfs
 if [ "$smoke" = 1 ]; then
+    [ "$fabric" = 0 ] || { echo "bench/run.sh: --smoke and --fabric exclude each other" >&2; exit 2; }
     sizes=32 nodes=2 reps=1 methods="plugin chain"
     out=$(mktemp -d /tmp/stagehand-smoke.XXXXXX)
+fi
+if [ "$fabric" = 1 ]; then
+    shared=bind auto_rate=0 link=unshaped storage=unshaped
+    [ "$given_sizes" = 1 ] || sizes=1024
+    [ "$given_reps" = 1 ] || reps=2
+    [ "$given_methods" = 1 ] || methods="chain-ob1 chain-ucx bcast-ob1 mpibcast cp"
+    # its results go to --out as fabric-STACK-DATE.*; the calibration's
+    # latest.* files (the shaped regime's) to a scratch directory
+    fabric_out=$out
+    mkdir -p "$fabric_out"
+    out=$(mktemp -d /tmp/stagehand-fabric.XXXXXX)
 fi
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: must run as root (minicluster)" >&2; exit 2; }
 base_reps=${base_reps:-$reps}
 for v in $sizes $nodes $reps $noop_reps $base_reps; do
     [[ "$v" =~ ^[1-9][0-9]*$ ]] || { echo "bench/run.sh: '$v' is not a positive integer" >&2; exit 2; }
 done
-maxn=$(printf '%s\n' $nodes | sort -n | tail -1)
-maxs=$(printf '%s\n' $sizes | sort -n | tail -1)
+# a list of numbers ("2 4 8"), one per line, in ascending order
+sorted() { tr ' ' '\n' <<<"$1" | grep . | sort -n; }
+maxn=$(sorted "$nodes" | tail -1)
+maxs=$(sorted "$sizes" | tail -1)
 t_start=$(date +%s)
 say() { printf '== %s\n' "$*" >&2; }
 
@@ -153,7 +181,7 @@ nvme_mib=$((maxs * 2 > 256 ? maxs * 2 + 128 : 384))
 cleanup() {
     local rc=$?
     set +e
-    if [ -n "${STATE:-}" ]; then rm -f "$STATE"/export/bench-*.img; fi
+    if [ -n "${export_dir:-}" ]; then rm -f "$export_dir"/bench-*.img; fi
     if [ -n "${scratch:-}" ]; then rm -rf "$scratch"; fi
     rm -f /dev/shm/stagehand-bench.prime
     if [ -n "${alloc:-}" ]; then scancel "$alloc" 2>/dev/null; fi
@@ -161,12 +189,15 @@ cleanup() {
     exit $rc
 }
 trap cleanup EXIT
-say "minicluster $MINICLUSTER_NAME (stack $stack): $maxn nodes, shared=sshfs at $MINICLUSTER_SHARED, net $MINICLUSTER_NET.0/24"
+say "minicluster $MINICLUSTER_NAME (stack $stack): $maxn nodes, shared=$shared at $MINICLUSTER_SHARED, net $MINICLUSTER_NET.0/24"
 # a fresh instance: slurmd loads the plugin (and decides about prologs) at start
 "$mc" down >/dev/null 2>&1 || true
-"$mc" up --nodes "$maxn" --shared sshfs --nvme-size "${nvme_mib}m" --stack "$stack" >/dev/null
+"$mc" up --nodes "$maxn" --shared "$shared" --nvme-size "${nvme_mib}m" --stack "$stack" >/dev/null
 eval "$("$mc" env)"
 STATE=$MINICLUSTER_STATE
+# where the files under /shared live: the storage host's export (sshfs) or
+# the bound-in directory itself (bind)
+if [ "$shared" = sshfs ]; then export_dir=$STATE/export; else export_dir=$MINICLUSTER_SHARED; fi
 # The releases the nodes run: the upstream part of the Debian package's
 # version, as a node sees it (the host's packages on bookworm, the root's on
 # trixie).
@@ -176,9 +207,15 @@ pkg_version() {
 }
 v_slurm=$(pkg_version slurmd) v_ompi=$(pkg_version openmpi-bin) v_pmix=$(pkg_version libpmix-dev)
 say "stack $stack: Slurm ${v_slurm:-?}, Open MPI ${v_ompi:-?}, PMIx ${v_pmix:-?}"
-"$mc" shape --storage "$storage" --link "$link" 2>/dev/null
-R="$top/bench/rawchain.py"
+if [ "$fabric" = 0 ]; then "$mc" shape --storage "$storage" --link "$link" 2>/dev/null; fi
+# What the nodes run comes from a directory they see (the instance's state
+# directory), not from the checkout: a node has its own /tmp, and a checkout
+# can be anywhere.
+mkdir -p "$STATE/bench"
+install -m 0755 "$top/bench/rawchain.py" "$STATE/bench/rawchain.py"
+R="$STATE/bench/rawchain.py"
 engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
+bcast_loop="$STAGEHAND_PREFIX/libexec/stagehand/tests/mpi_bcast_check"
 NODES=()
 for ((i = 1; i <= maxn; i++)); do NODES+=("n$i"); done
 
@@ -310,316 +347,50 @@ mkdir -p "$out"
 scratch=$(mktemp -d /tmp/stagehand-bench.XXXXXX)   # per-run outputs of the tools
 echo "size_bytes,method,nodes,rep,seconds,ok,storage_bytes,engine_seconds,prolog_seconds,job_seconds,load1,engine_phases,host_reported_mib,host_cpu_busy_pct" >"$csv.tmp"
 row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
+fcsv="${fabric_out:-$out}/fabric-$stack-$(date -u +%Y-%m-%d).csv"
+if [ "$fabric" = 1 ]; then
+    [ -x "$bcast_loop" ] || { echo "bench/run.sh: $bcast_loop not installed (-Dinstall_tests=true)" >&2; exit 2; }
+    echo "size_mib,method,nodes,rep,seconds,ok,own_seconds,transfer_seconds,cpu_reader,cpu_forwarder,cpu_last,load1,host_cpu_busy_pct" >"$fcsv"
+fi
 
 # ------------------------------------------------------------ calibration -
-calib="$out/latest.calib"
-raw_link() { # bytes: n1 -> n2, memory to memory
-    local b=$1 res
-    "$mc" exec n2 -- timeout 120 "$R" recv 5999 >/tmp/bench-raw.$$ &
-    local rpid=$!
-    res=$("$mc" exec n1 -- timeout 120 "$R" send "$(node_ip n2):5999" "$b")
-    wait $rpid
-    rm -f /tmp/bench-raw.$$
-    echo "$res" | awk '{ printf "%.1f", $1 / $2 / 1e6 }'
-}
-raw_chain() { # bytes nodes: n1 -> n2 -> ... -> nK, each hop writes to /nvme
-    # prints "MB/s busy%": the payload rate and how busy the host's CPUs were
-    # (the start of the K processes included; the local cpu0 is the mark
-    # host_busy_pct counts from, in place of mem_mark's)
-    local b=$1 k=$2 i fwd pids=() res cpu0
-    cpu0=$(cpu_ticks)
-    for ((i = k; i >= 2; i--)); do
-        fwd=()
-        [ "$i" -lt "$k" ] && fwd=(--forward "$(node_ip "n$((i + 1))"):5999")
-        "$mc" exec "n$i" -- timeout 120 "$R" recv 5999 "${fwd[@]}" --out /nvme/raw.tmp >/dev/null &
-        pids+=($!)
-    done
-    res=$("$mc" exec n1 -- timeout 120 "$R" send "$(node_ip n2):5999" "$b")
-    wait "${pids[@]}"
-    echo "$res $(host_busy_pct)" | awk '{ printf "%.1f %s\n", $1 / $2 / 1e6, $3 }'
-}
-storage_read() { # bytes file nodes: K nodes read the file from /shared at once
-    local b=$1 f=$2 k=$3 i t0 t1
-    t0=$(now)
-    for ((i = 1; i <= k; i++)); do
-        "$mc" exec "n$i" -- dd if="$f" of=/dev/null bs=1M status=none &
-    done
-    wait
-    t1=$(now)
-    awk -v b="$b" -v k="$k" -v s="$(sub "$t0" "$t1")" 'BEGIN { printf "%.1f", b * k / s / 1e6 }'
-}
-local_write() { # bytes: dd to node n1's /nvme with fsync
-    local b=$1 t0 t1
-    t0=$(now)
-    "$mc" exec n1 -- dd if=/dev/zero of=/nvme/cal.tmp bs=8M count=$((b >> 23)) conv=fsync status=none
-    t1=$(now)
-    "$mc" exec n1 -- rm -f /nvme/cal.tmp
-    awk -v b="$b" -v s="$(sub "$t0" "$t1")" 'BEGIN { printf "%.1f", b / s / 1e6 }'
-}
-
-mk_source() { # MiB -> path on /shared (created at the storage host, warm)
-    local f="$STATE/export/bench-$1.img"
+mk_source() { # MiB -> path on /shared (created where it is served from, warm)
+    local f="$export_dir/bench-$1.img"
     runuser -u "$MINICLUSTER_USER" -- sh -c "head -c $(($1 << 20)) /dev/urandom >'$f' && chmod 0644 '$f'"
     cat "$f" >/dev/null
     echo "$MINICLUSTER_SHARED/bench-$1.img"
 }
 
-cal_bytes=$((256 << 20))
-clean_dst
-if [ "$smoke" = 1 ]; then
-    : # the smoke run checks correctness and storage bytes only
-else
-say "calibration ($((cal_bytes >> 20)) MiB per transfer; load $(load1))"
-calsrc=$(mk_source $((cal_bytes >> 20)))
-# the cores must not be what limits a raw chain at the shaped link rate; one
-# sample can be unlucky, so a rate is given up only when a second sample of
-# the chain is under 95 % of the link too (the better one counts)
-under95() { awk -v c="$1" -v l="$2" 'BEGIN { exit !(c < 0.95 * l) }'; }
-chain_failed() { echo "bench/run.sh: calibration: the raw chain over $maxn nodes failed" >&2; exit 1; }
-for step in 0 1 2; do
-    B_link=$(raw_link "$cal_bytes")
-    sample1=$(raw_chain "$cal_bytes" "$maxn") && [ -n "$sample1" ] || chain_failed
-    read -r B_chain B_chain_busy <<<"$sample1"
-    if [ "$auto_rate" = 0 ] || [ "$step" = 2 ] || ! under95 "$B_chain" "$B_link"; then
-        break
-    fi
-    sample2=$(raw_chain "$cal_bytes" "$maxn") && [ -n "$sample2" ] || chain_failed
-    read -r B_chain B_chain_busy < <(printf '%s\n' "$sample1" "$sample2" | sort -k1,1g | tail -1)
-    under95 "$B_chain" "$B_link" || break
-    rate_steps="${rate_steps:+$rate_steps; }at $link the raw chain reached $B_chain of $B_link MB/s with the host's CPUs $B_chain_busy % busy"
-    link=$((${link%mbit} * 3 / 4))mbit storage=$((${storage%mbps} * 3 / 4))mbps
-    say "the raw chain reaches $B_chain of $B_link MB/s (under 95 %): the cores are in the way; shaping --link $link --storage $storage"
-    "$mc" shape --storage "$storage" --link "$link" 2>/dev/null
-done
-B_st1=$(storage_read "$cal_bytes" "$calsrc" 1)
-B_st2=$(storage_read "$cal_bytes" "$calsrc" 2)
-B_write=$(local_write "$cal_bytes")
-read -r probe_exec probe_fault < <(host_probe)
-rm -f "$STATE/export/bench-$((cal_bytes >> 20)).img"
-clean_dst
-link_nom=$(awk -v r="$link" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
-    m = (u ~ /^k/) ? 1e3 : (u ~ /^m/) ? 1e6 : (u ~ /^g/) ? 1e9 : 1;
-    printf "%.1f", (u ~ /bit$/) ? v * m / 8 / 1e6 : v * m / 1e6 }')
-st_nom=$(awk -v r="$storage" 'BEGIN { v = r + 0; u = tolower(r); sub(/^[0-9.]+/, "", u);
-    m = (u ~ /^k/) ? 1e3 : (u ~ /^m/) ? 1e6 : (u ~ /^g/) ? 1e9 : 1;
-    printf "%.1f", (u ~ /bit$/) ? v * m / 8 / 1e6 : v * m / 1e6 }')
-cat >"$calib" <<EOF
-stack=$stack
-slurm_version=$v_slurm
-openmpi_version=$v_ompi
-pmix_version=$v_pmix
-link_rate=$link
-storage_rate=$storage
-link_nominal_MBps=$link_nom
-storage_nominal_MBps=$st_nom
-link_raw_MBps=$B_link
-chain_raw_MBps=$B_chain
-chain_raw_nodes=$maxn
-chain_raw_busy_pct=$B_chain_busy
-storage_1reader_MBps=$B_st1
-storage_2readers_MBps=$B_st2
-local_write_MBps=$B_write
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-date_start=$(date -u +%Y-%m-%dT%H:%MZ)
-prolog_local_check=1
-staging_process=1
-prolog_epilog_timeout=${MINICLUSTER_PROLOG_EPILOG_TIMEOUT:-180}
-host_cpus=$(nproc)
-host_exec_ms_start=$probe_exec
-host_fault_us_start=$probe_fault
-rate_steps=$rate_steps
-rates_given=$((1 - auto_rate))
-EOF
-limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
-{
-    echo "calibration (MB/s = 10^6 bytes/s; payload rates of raw transfers, no MPI):"
-    echo "  node link        shaped $link = $link_nom MB/s nominal; raw TCP n1->n2: $B_link MB/s"
-    echo "  storage egress   shaped $storage = $st_nom MB/s nominal; sshfs read 1 node: $B_st1, 2 nodes: $B_st2 MB/s total"
-    echo "  local write      dd to tmpfs /nvme with fsync: $B_write MB/s"
-    echo "  CPU check        raw TCP chain over $maxn nodes (each hop forwards + writes): $B_chain MB/s, host CPUs $B_chain_busy % busy"
-    echo "  host speed       /bin/true $probe_exec ms, first touch of a 4 KiB page $probe_fault us"
-    echo "  physical limit   S / min(storage, link, local write) = S / $limit_rate MB/s"
-} | tee "$out/latest.calib.txt" >&2
-under95 "$B_chain" "$B_link" &&
-    say "WARNING: the raw chain reaches only $B_chain of $B_link MB/s: the CPUs limit at this link rate (use a lower --link and --storage)"
-fi
+
+# shellcheck source=bench/calibrate.sh
+source "$top/bench/calibrate.sh"
 
 # ------------------------------------------------------------ methods -----
-alloc=""
-open_alloc() { # nodes -> job id of an idle allocation on n[1-N]
-    as_user salloc -N"$1" -w "n[1-$1]" --no-shell -t 60 -J bench-alloc 2>&1 |
-        sed -n 's/.*Granted job allocation \([0-9]*\).*/\1/p'
-}
+# shellcheck source=bench/methods.sh
+source "$top/bench/methods.sh"
 
-run_engine() { # size nodes rep alg src dst
-    local size=$1 n=$2 rep=$3 alg=$4 src=$5 dst=$6 s0 s1 t0 t1 ok=1 eng="" phases=""
-    clean_dst $((n * size << 20))
-    mem_mark
-    s0=$(storage_rchar)
-    t0=$(now)
-    # --kill-on-bad-exit: a rank that dies ends the step at once (Open MPI
-    # 4.1 has no fault tolerance; the survivors would wait for --timeout)
-    as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 --mpi=pmix \
-        --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
-        --algorithm="$alg" --timeout=$((60 + size / 4))s --json \
-        >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
-    t1=$(now)
-    s1=$(storage_rchar)
-    if [ "$ok" = 1 ]; then
-        # the engine's total and its own phase times (start-up/metadata/
-        # pre-check/transfer/verify/publish: where the time goes), one read
-        read -r eng phases < <(python3 -c 'import json,sys
-d = json.load(open(sys.argv[1])); s = d["seconds"]
-if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
-    print(s["total"], "/".join("%.3f" % s[k] for k in ("start-up", "metadata", "pre-check", "transfer", "verify", "publish")))' "$scratch/engine.json" 2>/dev/null || true) || true
-        [ -n "$eng" ] || ok=0
-    fi
-    [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
-    say "$alg N=$n rep $rep: $(sub "$t0" "$t1") s, $(mem_note)"
-    row "$size" "$alg" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "$eng" "" "" "$(load1)" "$phases" "$(mem_reported_mib)" "$(host_busy_pct)"
-}
-
-run_sbcast() { # size nodes rep src dst
-    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1
-    clean_dst $((n * size << 20))
-    mem_mark
-    s0=$(storage_rchar)
-    t0=$(now)
-    as_user timeout 900 srun --jobid="$alloc" -N1 -n1 -w n1 sbcast -f "$src" "$dst" \
-        2>"$scratch/sbcast.err" || ok=0
-    t1=$(now)
-    s1=$(storage_rchar)
-    [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
-    [ "$ok" = 1 ] || say "sbcast N=$n failed: $(tail -3 "$scratch/sbcast.err" | tr '\n' ' ')"
-    row "$size" sbcast "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)" "$(host_busy_pct)"
-}
-
-run_cp() { # size nodes rep src dst
-    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1
-    clean_dst $((n * size << 20))
-    mem_mark
-    s0=$(storage_rchar)
-    t0=$(now)
-    as_user timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 cp "$src" "$dst" \
-        2>"$scratch/cp.err" || ok=0
-    t1=$(now)
-    s1=$(storage_rchar)
-    [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
-    [ "$ok" = 1 ] || say "cp N=$n failed: $(tail -3 "$scratch/cp.err" | tr '\n' ' ')"
-    row "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "" "" "" "$(load1)" "" "$(mem_reported_mib)" "$(host_busy_pct)"
-}
-
-# Epoch seconds at which slurmctld started job $1 ("sched: Allocate" or
-# "backfill: Started", millisecond timestamps in its log), or "".
-job_start_time() {
-    local ts
-    # the newest line: job ids start again at 1 in a new instance, the log stays
-    ts=$(grep -aE "(sched: Allocate|Started) JobId=$1 " "$STATE/log/slurmctld.log" |
-        tail -1 | sed -n 's/^\[\([0-9-]*\)T\([0-9:.]*\)\].*/\1 \2/p' || true)
-    if [ -n "$ts" ]; then date -d "$ts" +%s.%N; fi
-}
-
-# No job of an earlier measurement still completing (its epilog holds nodes).
-wait_settled() {
-    local i
-    for ((i = 0; i < 300; i++)); do
-        [ -z "$(squeue -h -t CG -o %i 2>/dev/null)" ] && return 0
-        sleep 0.1
-    done
-}
-
-# One batch job on n[1-N]: "date; srun true; date". With $4 = 1 it asks for
-# staging. Prints "first job prolog ok": seconds from the job's start (the
-# allocation, when the prolog starts) to the job script's start, i.e. the
-# first step, and to the end of its first srun step; the agent's staging time.
-batch_job() { # nodes src dst with_option(0/1)
-    local n=$1 src=$2 dst=$3 opt=$4 id t0 st first job prolog ok=1 i ms
-    local args=(-N"$n" -w "n[1-$n]" -t 30 -J bench-job -o "/tmp/bench-job-%j.out")
-    [ "$opt" = 1 ] && args+=(--stage-image="$src:$dst")
-    wait_settled
-    # the log outlives instances (job ids repeat): read only what this job adds
-    local log="$STATE/log/slurmd.n1.log" logoff
-    logoff=$(stat -c %s "$log" 2>/dev/null || echo 0)
-    # shellcheck disable=SC2016
-    id=$(as_user sbatch --parsable "${args[@]}" \
-        --wrap 'date +%s.%N; srun -N'"$n"' --ntasks-per-node=1 true; date +%s.%N') || { echo "nan nan nan 0"; return; }
-    # Look at the job after 0.1 s, then doubling up to every 2 s. Every look
-    # runs squeue: 18 ms of CPU on this host (a process start, and an RPC
-    # that slurmctld answers), on the same 2 cores as the job. Looking every
-    # 0.1 s took about 8 % of the cores for the whole staging, from the
-    # plugin's runs only (srun waits without polling). The times come from
-    # slurmctld's log and the job's own clock: a later look only ends this
-    # wait later, it changes no result.
-    ms=100
-    for ((i = 0; i < 1000; i++)); do
-        st=$(squeue -h -j "$id" -o %T 2>/dev/null || true)
-        [ -z "$st" ] && break
-        sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
-        ms=$((ms * 2 > 2000 ? 2000 : ms * 2))
-    done
-    mapfile -t ts < <("$mc" exec n1 -- cat "/tmp/bench-job-$id.out" 2>/dev/null | grep -E '^[0-9]+\.[0-9]+$')
-    "$mc" exec n1 -- rm -f "/tmp/bench-job-$id.out"
-    t0=$(job_start_time "$id")
-    if [ "${#ts[@]}" -ge 2 ] && [ -n "$t0" ]; then
-        first=$(sub "$t0" "${ts[0]}")
-        job=$(sub "$t0" "${ts[1]}")
-    else
-        first=nan job=nan ok=0
-    fi
-    prolog=""
-    if [ "$opt" = 1 ]; then
-        prolog=$(tail -c +"$((logoff + 1))" "$log" | grep -a "stagehand: job $id user" |
-            sed -n 's/.* in \([0-9.]*\) s.*/\1/p; s/.*(\([0-9.]*\) s)$/\1/p' | sort -g | tail -1 || true)
-        tail -c +"$((logoff + 1))" "$log" | grep -aq "stagehand: job $id user.*staging failed" && ok=0
-    fi
-    echo "$first $job ${prolog:-nan} $ok"
-}
-
-run_plugin() { # size nodes rep src dst
-    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 first job prolog ok
-    clean_dst $((n * size << 20))
-    mem_mark
-    s0=$(storage_rchar)
-    read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
-    s1=$(storage_rchar)
-    say "plugin N=$n rep $rep: agent ${prolog:-?} s, $(mem_note)"
-    [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
-    [ "$ok" = 1 ] || say "plugin N=$n failed (job output or staging)"
-    row "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)" "" "$(mem_reported_mib)" "$(host_busy_pct)"
-}
-
-run_noop() { # size nodes reps src dst: option with all nodes current vs none
-    local size=$1 n=$2 reps=$3 src=$4 dst=$5 r s0 s1 first job prolog ok
-    clean_dst
-    read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)    # make current
-    for ((r = 1; r <= reps; r++)); do
-        s0=$(storage_rchar)
-        read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
-        s1=$(storage_rchar)
-        row "$size" noop "$n" "$r" "$first" "$ok" $((s1 - s0)) "" "$prolog" "$job" "$(load1)"
-        s0=$(storage_rchar)
-        read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 0)
-        s1=$(storage_rchar)
-        row "$size" nooption "$n" "$r" "$first" "$ok" $((s1 - s0)) "" "" "$job" "$(load1)"
-    done
-}
-
-has() { [[ " $methods " == *" $1 "* ]]; }
 
 # Warm-up, not recorded: one staging of the largest size to every node. The
 # test host is a VM whose memory the hypervisor backs on first touch, and the
 # nodes' /nvme tmpfs takes 2 MiB pages: the first run after start-up touched
 # fresh memory and took 2-6 s longer (1 GiB, N=8) than every later run.
 if [ "$smoke" = 0 ]; then
-    wsize=$(printf '%s\n' $sizes | sort -n | tail -1)
+    wsize=$(sorted "$sizes" | tail -1)
     wsrc=$(mk_source "$wsize")
     say "warm-up: one staging of $wsize MiB to $maxn nodes (not recorded)"
     batch_job "$maxn" "$wsrc" /nvme/bench/warm-up.img 1 >/dev/null
-    rm -f "$STATE/export/bench-$wsize.img"
+    rm -f "$export_dir/bench-$wsize.img"
     clean_dst
 fi
 
 for size in $sizes; do
+    if [ "$fabric" = 1 ]; then
+        src=$(mk_source "$size")
+        run_fabric "$size" "$src" "/nvme/bench/img-$size.img"
+        rm -f "$export_dir/bench-$size.img"
+        clean_dst
+        continue
+    fi
     src=$(mk_source "$size")
     dst=/nvme/bench/img-$size.img
     for n in $nodes; do
@@ -637,23 +408,23 @@ for size in $sizes; do
         scancel "$alloc"
         alloc=""
     done
-    if has noop && [ "$size" = "$(printf '%s\n' $sizes | sort -n | head -1)" ]; then
+    if has noop && [ "$size" = "$(sorted "$sizes" | head -1)" ]; then
         # at the largest N (the target) and at the smallest, where the nodes
         # do not outnumber the host's cores: the difference is what 8 nodes'
         # slurmstepds and agents cost when they share 2 cores
-        for n in $(printf '%s\n' $nodes | sort -n | sed -n '1p;$p' | sort -un); do
+        for n in $(sorted "$nodes" | sed -n '1p;$p' | sort -un); do
             say "no-op: N=$n, $noop_reps pairs (load $(load1))"
             run_noop "$size" "$n" "$noop_reps" "$src" "$dst"
         done
     fi
     if [ "$smoke" = 1 ]; then
-        want=$(sha256sum "$STATE/export/bench-$size.img" | cut -d' ' -f1)
+        want=$(sha256sum "$export_dir/bench-$size.img" | cut -d' ' -f1)
         for ((i = 1; i <= 2; i++)); do
             got=$("$mc" exec "n$i" -- sha256sum "$dst" 2>/dev/null | cut -d' ' -f1)
             [ "$got" = "$want" ] || { echo "smoke: FAIL: n$i's copy differs from the source" >&2; exit 1; }
         done
     fi
-    rm -f "$STATE/export/bench-$size.img"
+    rm -f "$export_dir/bench-$size.img"
     clean_dst
 done
 mv "$csv.tmp" "$csv"
@@ -687,6 +458,13 @@ EOF
     fi
     rm -rf "$out"
     echo "smoke: ok, stack $stack: Slurm $v_slurm, Open MPI $v_ompi, PMIx $v_pmix ($(($(date +%s) - t_start)) s)"
+    exit 0
+fi
+if [ "$fabric" = 1 ]; then
+    cp "$calib" "${fcsv%.csv}.calib"
+    python3 "$top/bench/fabric_report.py" --csv "$fcsv" --calib "$calib" --out "${fcsv%.csv}.md"
+    rm -rf "$out"
+    say "results: ${fcsv%.csv}.md, $fcsv ($(($(date +%s) - t_start)) s)"
     exit 0
 fi
 python3 "$top/bench/report.py" --csv "$csv" --calib "$calib" --out "$out"

@@ -86,13 +86,13 @@ int load_mpi_env(struct agent *a, char *err, size_t errlen)
     return 0;
 }
 
-/* Is "KEY=" set by the site's mpi_env? */
-static bool mpi_env_has(const struct agent *a, const char *key)
+/* Is the KEY of "KEY=VALUE" @setting set by the site's mpi_env? */
+static bool mpi_env_has(const struct agent *a, const char *setting)
 {
-    size_t len = strlen(key);
+    size_t len = strcspn(setting, "=");
 
     for (int i = 0; i < a->n_mpi_env; i++)
-        if (strncmp(a->mpi_env[i], key, len) == 0 && a->mpi_env[i][len] == '=')
+        if (strncmp(a->mpi_env[i], setting, len) == 0 && a->mpi_env[i][len] == '=')
             return true;
     return false;
 }
@@ -258,7 +258,7 @@ struct engine_cmd {
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64];
     char env_tmp[PATH_MAX + 8], env_src[PATH_MAX + 32], env_dst[PATH_MAX + 32];
     const char *argv[32];
-    const char *envp[7 + MAX_MPI_ENV + 3 + 1];
+    const char *envp[7 + MAX_MPI_ENV + SH_CONFIG_PML_ENV_MAX + 1];
 };
 
 static void engine_argv(const struct agent *a, uint32_t npart, struct engine_cmd *e)
@@ -306,14 +306,9 @@ static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
 {
     /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
      * under a foreign PMIx server (doc/design.md §8); the site's
-     * mpi_env settings come next; ob1 over TCP is the default where the
-     * site chose no transport. */
-    static const char *const dflt[][2] = {
-        { "OMPI_MCA_pml", "OMPI_MCA_pml=ob1" },
-        { "OMPI_MCA_btl", "OMPI_MCA_btl=self,vader,tcp" },
-        { "OMPI_MCA_btl_base_warn_component_unused",
-          "OMPI_MCA_btl_base_warn_component_unused=0" },
-    };
+     * mpi_env settings come next, then the defaults of the plugstack's
+     * pml= that the site did not set. */
+    const char *const *pml_env = sh_config_pml_env(a->cfg.pml);
     size_t ne = 0;
 
     snprintf(e->env_jobid, sizeof(e->env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
@@ -334,9 +329,9 @@ static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
     e->envp[ne++] = e->env_tmp;
     for (int i = 0; i < a->n_mpi_env; i++)
         e->envp[ne++] = a->mpi_env[i];
-    for (size_t i = 0; i < sizeof(dflt) / sizeof(dflt[0]); i++)
-        if (!mpi_env_has(a, dflt[i][0]))
-            e->envp[ne++] = dflt[i][1];
+    for (size_t i = 0; i < SH_CONFIG_PML_ENV_MAX && pml_env[i] != NULL; i++)
+        if (!mpi_env_has(a, pml_env[i]))
+            e->envp[ne++] = pml_env[i];
     e->envp[ne] = NULL;
 }
 

@@ -38,6 +38,7 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->check = SH_CHECK_META;
     cfg->hash = SH_HASH_XXH3;
     cfg->on_node_fault = SH_FAULT_FAIL;
+    cfg->pml = SH_PML_OB1;
     cfg->submit_check = true;
     cfg->verbose = false;
     cfg->allow_shared_dst = false;
@@ -133,6 +134,41 @@ static const char *const fault_names[] = { "fail", "drain", NULL };
 const char *sh_config_fault_name(enum sh_node_fault fault)
 {
     return (unsigned)fault < 2 ? fault_names[fault] : "?";
+}
+
+static const char *const pml_names[] = { "ob1", "ucx", "auto", NULL };
+
+const char *sh_config_pml_name(enum sh_pml pml)
+{
+    return (unsigned)pml < 3 ? pml_names[pml] : "?";
+}
+
+const char *const *sh_config_pml_env(enum sh_pml pml)
+{
+    static const char *const ob1[] = {
+        "OMPI_MCA_pml=ob1",
+        "OMPI_MCA_btl=self,vader,tcp",
+        "OMPI_MCA_btl_base_warn_component_unused=0",
+        NULL,
+    };
+    static const char *const ucx[] = {
+        "OMPI_MCA_pml=ucx",
+        "OMPI_MCA_pml_ucx_tls=any",
+        "OMPI_MCA_pml_ucx_devices=any",
+        "UCX_TLS=tcp,self,sm",
+        "UCX_LOG_FILE=stderr",
+        NULL,
+    };
+    static const char *const none[] = { NULL };
+
+    switch (pml) {
+    case SH_PML_OB1:
+        return ob1;
+    case SH_PML_UCX:
+        return ucx;
+    default:
+        return none;
+    }
 }
 
 static int set_allowed_dest(struct sh_config *cfg, const struct arg *a)
@@ -299,6 +335,11 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
         cfg->dest_dir_mode = m;
         return 0;
     }
+    case 22:
+        if (parse_word(a, pml_names, "ob1, ucx or auto", &w) != 0)
+            return -1;
+        cfg->pml = (enum sh_pml)w;
+        return 0;
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -310,7 +351,7 @@ static const char *const keys[] = {
     "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
     "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
-    "dest_dir_mode",
+    "dest_dir_mode", "pml",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 

@@ -105,11 +105,16 @@ static void tcp_eager_defaults(void)
  * With its fault tolerance on (ULFM, built into Debian's 5.0.7) a failed
  * peer is an error returned to the call (MPI_ERRORS_RETURN, as under 4.1),
  * which the engine's error paths handle: temp file removed, one error exit.
+ * ULFM supports only the ob1 pml: with OMPI_MCA_pml=ucx, 5.0.7 crashed in
+ * MPI_Init (SIGSEGV), so it stays off when the pml asked for is not ob1.
  * A value the site or user set is kept; 4.1 has no such setting. */
 static void fault_defaults(void)
 {
 #if defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5
-    setenv("OMPI_MCA_mpi_ft_enable", "1", 0);
+    const char *pml = getenv("OMPI_MCA_pml");
+
+    if (pml == NULL || strcmp(pml, "ob1") == 0)
+        setenv("OMPI_MCA_mpi_ft_enable", "1", 0);
 #endif
 }
 

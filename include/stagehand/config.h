@@ -38,6 +38,8 @@
  * hash            xxh3 | sha256                             xxh3
  * mpi_env         absolute path of a file of OMPI_MCA_* /   (none)
  *                 UCX_* settings for the engine
+ * pml             ob1 | ucx | auto: the engine's Open MPI   ob1
+ *                 point-to-point layer (sh_config_pml_env)
  * on_node_fault   fail | drain                              fail
  * submit_check    yes | no (check SRC is readable at        yes
  *                 submit)
@@ -72,6 +74,11 @@
 
 enum sh_node_fault { SH_FAULT_FAIL = 0, SH_FAULT_DRAIN };
 
+/* The engine's point-to-point layer: Open MPI's ob1 over its TCP and
+ * shared-memory transports, its UCX layer (InfiniBand, RoCE, or UCX's own
+ * TCP), or whatever the site's Open MPI settings choose. */
+enum sh_pml { SH_PML_OB1 = 0, SH_PML_UCX, SH_PML_AUTO };
+
 struct sh_config {
     char allowed_dest[SH_CONFIG_MAX_ROOTS][SH_CONFIG_ROOT_MAX]; /* normalised */
     size_t n_allowed_dest;
@@ -92,6 +99,7 @@ struct sh_config {
     enum sh_check check;
     enum sh_hash_algo hash;
     enum sh_node_fault on_node_fault;
+    enum sh_pml pml;
     bool submit_check;
     bool verbose;
     bool allow_shared_dst;
@@ -138,5 +146,29 @@ int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
 
 /* Static names for log lines: "meta", "xxh3", "fail", ... */
 const char *sh_config_fault_name(enum sh_node_fault fault);
+const char *sh_config_pml_name(enum sh_pml pml);
+
+/* The engine's default MPI environment for @pml: a NULL-terminated array of
+ * static "KEY=VALUE" strings (not to be freed). The agent passes each one
+ * whose KEY the site's mpi_env file does not set, so the site can override
+ * any of them.
+ *   ob1:  OMPI_MCA_pml=ob1, OMPI_MCA_btl=self,vader,tcp and no warning for
+ *         unused transports (Open MPI's own choice would be UCX where it
+ *         finds InfiniBand);
+ *   ucx:  OMPI_MCA_pml=ucx with OMPI_MCA_pml_ucx_tls=any and
+ *         OMPI_MCA_pml_ucx_devices=any (Open MPI's pml ucx otherwise declines
+ *         a node without an InfiniBand or RoCE device; see ompi_info --all),
+ *         and UCX_TLS=tcp,self,sm: UCX's TCP and shared-memory transports,
+ *         which every node has; a site with InfiniBand sets UCX_TLS (e.g.
+ *         rc,sm,self) in its mpi_env file; and UCX_LOG_FILE=stderr: UCX
+ *         logs to stdout by default, and the engine's stdout is its report.
+ *         It must be in the environment the engine starts with: Open MPI 5
+ *         loads UCX before main(), and a UCX_LOG_FILE set later is only
+ *         reported (on stdout) as an unused variable;
+ *   auto: nothing: the site's Open MPI settings (openmpi-mca-params.conf,
+ *         its mpi_env file) decide.
+ * An unknown @pml gives the empty list. */
+#define SH_CONFIG_PML_ENV_MAX 8  /* entries sh_config_pml_env() returns, at most */
+const char *const *sh_config_pml_env(enum sh_pml pml);
 
 #endif

@@ -63,6 +63,8 @@ START_TEST(defaults)
     ck_assert_str_eq(sh_check_name(cfg.check), "meta");
     ck_assert_str_eq(sh_hash_name(cfg.hash), "xxh3");
     ck_assert_str_eq(sh_config_fault_name(cfg.on_node_fault), "fail");
+    ck_assert_int_eq(cfg.pml, SH_PML_OB1);
+    ck_assert_str_eq(sh_config_pml_name(cfg.pml), "ob1");
 }
 END_TEST
 
@@ -91,6 +93,7 @@ START_TEST(every_key)
         "verbose=yes",
         "allow_shared_dst=yes",
         "dest_dir_mode=0755",
+        "pml=ucx",
     };
     struct sh_config cfg;
     char err[512] = "", dir[PATH_MAX];
@@ -121,6 +124,7 @@ START_TEST(every_key)
     ck_assert(!cfg.submit_check);
     ck_assert(cfg.verbose);
     ck_assert(cfg.allow_shared_dst);
+    ck_assert_int_eq(cfg.pml, SH_PML_UCX);
     ck_assert_int_eq(sh_config_default_dir(&cfg, "alice", dir, sizeof(dir)),
                      0);
     ck_assert_str_eq(dir, "/scratch/local/alice/img%");
@@ -205,6 +209,8 @@ static const struct bad_case bad[] = {
     { "submit_check=true", NULL, EINVAL, "submit_check=true: expected yes or "
       "no" },
     { "verbose=1", NULL, EINVAL, "verbose=1" },
+    { "pml=cm", NULL, EINVAL, "pml=cm: expected ob1, ucx or auto" },
+    { "pml=UCX", NULL, EINVAL, "pml=UCX: expected ob1, ucx or auto" },
     { "allow_shared_dst=Yes", NULL, EINVAL, "allow_shared_dst=Yes" },
     { "key_file=stagehand.key", NULL, EINVAL,
       "key_file=stagehand.key: 'stagehand.key' is not an absolute path" },
@@ -222,6 +228,45 @@ static const struct bad_case bad[] = {
     { "default_dest=/nvme/../%u", NULL, EINVAL, "not a valid path" },
     { "key_file=/etc/\x1b[31m", NULL, EINVAL, "\\x1b[31m" },
 };
+
+/* Each pml's engine environment: KEY=VALUE strings, the list the agent
+ * passes where the site's mpi_env does not set the key. */
+static bool env_has(const char *const *env, const char *want)
+{
+    for (size_t i = 0; env[i] != NULL; i++) {
+        ck_assert_ptr_nonnull(strchr(env[i], '='));
+        if (strcmp(env[i], want) == 0)
+            return true;
+    }
+    return false;
+}
+
+START_TEST(pml_env)
+{
+    const char *const *ob1 = sh_config_pml_env(SH_PML_OB1);
+    const char *const *ucx = sh_config_pml_env(SH_PML_UCX);
+    size_t n = 0;
+
+    ck_assert(env_has(ob1, "OMPI_MCA_pml=ob1"));
+    ck_assert(env_has(ob1, "OMPI_MCA_btl=self,vader,tcp"));
+    ck_assert(env_has(ucx, "OMPI_MCA_pml=ucx"));
+    ck_assert(env_has(ucx, "OMPI_MCA_pml_ucx_tls=any"));
+    ck_assert(env_has(ucx, "OMPI_MCA_pml_ucx_devices=any"));
+    ck_assert(env_has(ucx, "UCX_TLS=tcp,self,sm"));
+    ck_assert(env_has(ucx, "UCX_LOG_FILE=stderr"));
+    ck_assert(!env_has(ucx, "OMPI_MCA_pml=ob1"));
+    ck_assert_ptr_null(sh_config_pml_env(SH_PML_AUTO)[0]);
+    ck_assert_ptr_null(sh_config_pml_env((enum sh_pml)7)[0]);
+    while (ob1[n] != NULL)
+        n++;
+    ck_assert_uint_le(n, SH_CONFIG_PML_ENV_MAX);
+    for (n = 0; ucx[n] != NULL; n++)
+        ;
+    ck_assert_uint_le(n, SH_CONFIG_PML_ENV_MAX);
+    ck_assert_str_eq(sh_config_pml_name(SH_PML_AUTO), "auto");
+    ck_assert_str_eq(sh_config_pml_name((enum sh_pml)7), "?");
+}
+END_TEST
 
 /* The phase names are the keys of the engine's JSON "seconds" object, read
  * back by the agent and by bench/run.sh: an interface, so spelled out here. */
@@ -434,6 +479,7 @@ static Suite *config_suite(void)
 
     tcase_add_test(tc, defaults);
     tcase_add_test(tc, every_key);
+    tcase_add_test(tc, pml_env);
     tcase_add_test(tc, check_words);
     tcase_add_test(tc, phase_names);
     tcase_add_loop_test(tc, rejects, 0, (int)(sizeof(bad) / sizeof(bad[0])));
