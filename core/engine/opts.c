@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "stagehand/bcast.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "stagehand/size.h"
 
 enum {

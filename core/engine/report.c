@@ -4,7 +4,7 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "stagehand/size.h"
 
 void sh_msgf(char *buf, size_t len, const char *fmt, ...)

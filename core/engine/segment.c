@@ -1,5 +1,5 @@
 #include "config.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 
 #include <errno.h>
 

@@ -1,5 +1,5 @@
 #include "config.h"
-#include "stagehand/rmtree.h"
+#include "rmtree.h"
 
 #include <dirent.h>
 #include <errno.h>
