@@ -1,3 +1,4 @@
+/* The job epilog's removal of a job's runtime tree, as root (rmtree.h). */
 #include "config.h"
 #include "rmtree.h"
 

@@ -1,3 +1,4 @@
+/* stagehand-bcast: its command line (opts.h). */
 #include "config.h"
 #include "opts.h"
 

@@ -1,3 +1,5 @@
+/* stagehand-bcast: votes and results between the writers, and the summary and --json report
+ * (report.h, stagehand/bcast.h). */
 #include "config.h"
 #include "report.h"
 

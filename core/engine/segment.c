@@ -1,3 +1,4 @@
+/* stagehand-bcast: the segment schedule (segment.h). */
 #include "config.h"
 #include "segment.h"
 
