@@ -24,21 +24,6 @@
 
 #include "check_main.h"
 
-/* The agents' log lines are dropped unless SH_TEST_VERBOSE=1 shows them. */
-static void quiet(enum sh_log_level level, const char *line)
-{
-    (void)level;
-    (void)line;
-}
-
-static void setup(void)
-{
-    if (getenv("SH_TEST_VERBOSE") == NULL)
-        sh_log_set_sink(quiet);
-    else
-        sh_log_set_level(SH_LOG_DEBUG);
-}
-
 START_TEST(tree_shape_and_port)
 {
     ck_assert_uint_eq(sh_ctl_parent_of(0, 2), 0);
@@ -281,7 +266,7 @@ int main(void)
     TCase *tc = tcase_create("ctl");
 
     tcase_set_timeout(tc, 60);
-    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_checked_fixture(tc, sh_check_quiet_logs, NULL);
     tcase_add_test(tc, tree_shape_and_port);
     tcase_add_test(tc, nodelist);
     tcase_add_test(tc, handshake_ok_and_frames);

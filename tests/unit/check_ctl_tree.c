@@ -24,21 +24,6 @@
 
 #include "check_main.h"
 
-/* The agents' log lines are dropped unless SH_TEST_VERBOSE=1 shows them. */
-static void quiet(enum sh_log_level level, const char *line)
-{
-    (void)level;
-    (void)line;
-}
-
-static void setup(void)
-{
-    if (getenv("SH_TEST_VERBOSE") == NULL)
-        sh_log_set_sink(quiet);
-    else
-        sh_log_set_level(SH_LOG_DEBUG);
-}
-
 /* ---- trees of processes on 127.0.0.1 ---------------------------------- */
 
 #define MAXN 16
@@ -585,7 +570,7 @@ int main(void)
     TCase *tc = tcase_create("ctl_tree");
 
     tcase_set_timeout(tc, 60);
-    tcase_add_checked_fixture(tc, setup, NULL);
+    tcase_add_checked_fixture(tc, sh_check_quiet_logs, NULL);
     tcase_add_test(tc, tree_full);
     tcase_add_test(tc, tree_star_and_single);
     tcase_add_test(tc, tree_missing_leaf);

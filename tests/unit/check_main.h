@@ -7,6 +7,8 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include "stagehand/log.h"
+
 static inline int sh_check_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);
@@ -16,6 +18,22 @@ static inline int sh_check_run(Suite *s)
     failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+static inline void sh_check_drop_line(enum sh_log_level level, const char *line)
+{
+    (void)level;
+    (void)line;
+}
+
+/* Check fixture: the code under test logs nothing, unless SH_TEST_VERBOSE=1
+ * asks for every line (debug level). */
+static inline void sh_check_quiet_logs(void)
+{
+    if (getenv("SH_TEST_VERBOSE") == NULL)
+        sh_log_set_sink(sh_check_drop_line);
+    else
+        sh_log_set_level(SH_LOG_DEBUG);
 }
 
 #endif
