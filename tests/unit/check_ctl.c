@@ -276,5 +276,6 @@ int main(void)
     tcase_add_test(tc, handshake_foreign);
     tcase_add_test(tc, handshake_garbage);
     suite_add_tcase(s, tc);
+    sh_check_private_net();
     return sh_check_run(s);
 }

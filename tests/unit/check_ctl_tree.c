@@ -587,5 +587,6 @@ int main(void)
     tcase_add_test(tc, wake_forged_refused);
     tcase_add_test(tc, tree_sentinels_port_taken);
     suite_add_tcase(s, tc);
+    sh_check_private_net();
     return sh_check_run(s);
 }
