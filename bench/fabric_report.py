@@ -16,6 +16,8 @@ import csv
 import statistics
 import sys
 
+from report import load_calib
+
 GIB = 1 << 30
 
 
@@ -41,11 +43,7 @@ def main():
     ap.add_argument("--calib", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    calib = {}
-    for line in open(a.calib):
-        if "=" in line:
-            k, v = line.rstrip("\n").split("=", 1)
-            calib[k] = v
+    calib = load_calib(a.calib)
     rows = list(csv.DictReader(open(a.csv)))
     if not rows:
         sys.exit("fabric_report.py: no rows in " + a.csv)

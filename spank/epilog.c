@@ -25,7 +25,7 @@
 #include "joblock.h"
 #include "staging.h"
 #include "stagehand/local.h"
-#include "stagehand/rmtree.h"
+#include "rmtree.h"
 #include "stagehand/status.h"
 
 /* Epilog: stop the detached agent recorded in @name under @rfd, if that very

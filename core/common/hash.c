@@ -1,3 +1,4 @@
+/* Content digests (stagehand/hash.h). Library code: the agent and the engine. */
 #include "config.h"
 #include "stagehand/hash.h"
 #include "stagehand/bytes.h"

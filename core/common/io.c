@@ -1,3 +1,4 @@
+/* I/O ops seam and loop-until-done helpers (stagehand/io.h). Library code: every program. */
 #include "config.h"
 #include "stagehand/io.h"
 

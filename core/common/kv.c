@@ -1,3 +1,4 @@
+/* One-line key=value records (stagehand/kv.h). Library code: the plugin and the agent. */
 #include "config.h"
 #include "stagehand/kv.h"
 #include "stagehand/bytes.h"

@@ -1,3 +1,4 @@
+/* Logging (stagehand/log.h). Library code: every program. */
 #include "config.h"
 #include "stagehand/log.h"
 

@@ -1,3 +1,5 @@
+/* The metadata record and the one decision whether DST is current (stagehand/meta.h). Library
+ * code: the plugin, the agent and the engine. */
 #include "config.h"
 #include "stagehand/meta.h"
 

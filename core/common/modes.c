@@ -1,3 +1,4 @@
+/* Skip-check and hash vocabularies (stagehand/modes.h). Library code: every program. */
 #include "config.h"
 #include "stagehand/modes.h"
 

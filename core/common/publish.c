@@ -1,3 +1,5 @@
+/* Atomic publish under the final name, temp files and their sweep (stagehand/publish.h).
+ * Library code: the engine, the agent and the plugin. */
 #include "config.h"
 #include "stagehand/publish.h"
 

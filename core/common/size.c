@@ -1,3 +1,4 @@
+/* Sizes and durations (stagehand/size.h). Library code: every program. */
 #include "config.h"
 #include "stagehand/size.h"
 

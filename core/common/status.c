@@ -1,3 +1,5 @@
+/* The per-node staging outcome of a job (stagehand/status.h). Library code: the plugin (root)
+ * and the agent. */
 #include "config.h"
 #include "stagehand/status.h"
 #include "stagehand/kv.h"

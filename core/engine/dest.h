@@ -11,7 +11,7 @@
 #include "opts.h"
 #include "report.h"
 #include "stagehand/meta.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "xfer.h"
 
 struct sh_dest {

@@ -1,3 +1,4 @@
+/* stagehand-bcast: its command line (opts.h). */
 #include "config.h"
 #include "opts.h"
 
@@ -7,7 +8,7 @@
 #include <string.h>
 
 #include "stagehand/bcast.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "stagehand/size.h"
 
 enum {

@@ -22,7 +22,7 @@
 #include "stagehand/log.h"
 #include "stagehand/meta.h"
 #include "stagehand/publish.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "stagehand/size.h"
 #include "dest.h"
 #include "guard.h"

@@ -1,10 +1,12 @@
+/* stagehand-bcast: votes and results between the writers, and the summary and --json report
+ * (report.h, stagehand/bcast.h). */
 #include "config.h"
 #include "report.h"
 
 #include <stdarg.h>
 #include <string.h>
 
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "stagehand/size.h"
 
 void sh_msgf(char *buf, size_t len, const char *fmt, ...)

@@ -10,7 +10,7 @@
 #include "opts.h"
 #include "report.h"
 #include "stagehand/modes.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 #include "dest.h"
 #include "guard.h"
 

@@ -1,3 +1,5 @@
+/* stagehand-bcast: the data path, reader threads, chain and per-segment broadcast (xfer.h,
+ * doc/design.md §4). */
 #include "config.h"
 #include "xfer.h"
 

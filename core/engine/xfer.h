@@ -14,7 +14,7 @@
 #include "stagehand/hash.h"
 #include "stagehand/io.h"
 #include "stagehand/publish.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 
 struct sh_xfer_cfg {
     MPI_Comm comm;              /* participants only; rank 0 is the reader */

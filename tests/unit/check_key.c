@@ -19,15 +19,9 @@
 
 static char dir[64];
 
-static void quiet(enum sh_log_level level, const char *line)
-{
-    (void)level;
-    (void)line;
-}
-
 static void setup(void)
 {
-    sh_log_set_sink(quiet);
+    sh_check_quiet_logs();
     snprintf(dir, sizeof(dir), "/tmp/check_key.XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/engine/report.h"
-#include "stagehand/sched.h"
+#include "core/engine/segment.h"
 
 #include "check_main.h"
 

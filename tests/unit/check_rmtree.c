@@ -1,4 +1,4 @@
-/* sh_rmtree_at (core/common/rmtree.c): the epilog's removal of a job's
+/* sh_rmtree_at (spank/rmtree.c): the epilog's removal of a job's
  * runtime directory, which the job user owns (security issue 30 item 6):
  * any depth, never following a symlink, stopping when the tree is moved
  * under it. Linked with -Wl,--wrap=openat64 (tests/meson.build) so that a
@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "stagehand/rmtree.h"
+#include "spank/rmtree.h"
 
 #include "check_main.h"
 

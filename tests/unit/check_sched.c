@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "stagehand/sched.h"
+#include "core/engine/segment.h"
 
 #include "check_main.h"
 

@@ -1,5 +1,6 @@
+/* The job epilog's removal of a job's runtime tree, as root (rmtree.h). */
 #include "config.h"
-#include "stagehand/rmtree.h"
+#include "rmtree.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,6 @@
+/* stagehand-bcast: the segment schedule (segment.h). */
 #include "config.h"
-#include "stagehand/sched.h"
+#include "segment.h"
 
 #include <errno.h>
 
