@@ -51,7 +51,15 @@
 
 /* State shared by the three threads; every field below the mutex is guarded
  * by it. Segment k lives in slot k % depth; the slot is reusable once the
- * writer consumed k and the MPI side (forward send / collective) finished. */
+ * writer consumed k and the MPI side (forward send / collective) finished.
+ *
+ * Each kind of thread sleeps on a condition of its own and is woken only
+ * when what it waits for changed: the reader threads when a slot frees
+ * (cv_read), the writer when data arrived (cv_write); the main thread polls
+ * and never sleeps on either. One shared condition woken by broadcast made
+ * every segment wake all --read-ahead readers and the writer, most of them
+ * only to sleep again, and a wake-up costs a context switch on each side
+ * (bench/results/fabric-cpu-2026-12-06.md). */
 struct ring {
     const struct sh_xfer_cfg *cfg;
     const struct sh_sched *s;
@@ -59,7 +67,8 @@ struct ring {
     unsigned char **buf;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv_read;     /* readers: a slot may have freed, or stop */
+    pthread_cond_t cv_write;    /* writer: avail or limit moved, or stop */
     uint64_t limit;         /* segments that will flow (chain: shrinks on error) */
     uint64_t avail;         /* data present for segments [0, avail) */
     uint64_t written;       /* writer consumed [0, written) */
@@ -133,13 +142,13 @@ static void *reader_main(void *arg)
     for (;;) {
         struct sh_seg_hdr hdr = { SH_SEG_OK, 0, 0 };
         unsigned char *b;
-        uint64_t k, lo, hi;
+        uint64_t k, lo, hi, before;
         size_t len;
         int failed;
 
         pthread_mutex_lock(&r->mu);
         while (!r->abort && r->next_read < r->limit && !slot_free(r, r->next_read))
-            pthread_cond_wait(&r->cv, &r->mu);
+            pthread_cond_wait(&r->cv_read, &r->mu);
         if (r->abort || r->next_read >= r->limit) {
             pthread_mutex_unlock(&r->mu);
             break;
@@ -172,16 +181,21 @@ static void *reader_main(void *arg)
         if (hdr.status != SH_SEG_OK) {
             r->src_failed = 1;
             /* chain: nothing after the first bad segment flows */
-            if (r->cfg->algorithm == SH_ALG_CHAIN && k + 1 < r->limit)
+            if (r->cfg->algorithm == SH_ALG_CHAIN && k + 1 < r->limit) {
                 r->limit = k + 1;
+                pthread_cond_broadcast(&r->cv_read);
+                pthread_cond_signal(&r->cv_write);
+            }
         }
         r->slot_seg[k % r->depth] = k;
+        before = r->avail;
         while (r->avail < r->limit && r->slot_seg[r->avail % r->depth] == r->avail)
             r->avail++;
+        if (r->avail != before)
+            pthread_cond_signal(&r->cv_write);
         lo = r->dropped;
         hi = r->src_failed ? lo : r->avail;
         r->dropped = hi;
-        pthread_cond_broadcast(&r->cv);
         pthread_mutex_unlock(&r->mu);
         drop_behind(r, io, lo, hi);
     }
@@ -201,7 +215,7 @@ static void *writer_main(void *arg)
 
         pthread_mutex_lock(&r->mu);
         while (!r->abort && k < r->limit && k >= r->avail)
-            pthread_cond_wait(&r->cv, &r->mu);
+            pthread_cond_wait(&r->cv_write, &r->mu);
         if (r->abort || k >= r->limit) {
             pthread_mutex_unlock(&r->mu);
             break;
@@ -236,7 +250,8 @@ static void *writer_main(void *arg)
 
         pthread_mutex_lock(&r->mu);
         r->written = k + 1;
-        pthread_cond_broadcast(&r->cv);
+        /* frees at most the one slot of segment k: one reader can use it */
+        pthread_cond_signal(&r->cv_read);
         pthread_mutex_unlock(&r->mu);
     }
     return NULL;
@@ -337,8 +352,10 @@ static void ring_get(struct ring *r, uint64_t *avail, uint64_t *limit,
 static void ring_set_net(struct ring *r, uint64_t net_done)
 {
     pthread_mutex_lock(&r->mu);
-    r->net_done = net_done;
-    pthread_cond_broadcast(&r->cv);
+    if (net_done != r->net_done) {
+        r->net_done = net_done;
+        pthread_cond_broadcast(&r->cv_read);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -348,7 +365,7 @@ static void ring_set_avail(struct ring *r, uint64_t avail, int shrink)
     r->avail = avail;
     if (shrink)
         r->limit = avail;
-    pthread_cond_broadcast(&r->cv);
+    pthread_cond_signal(&r->cv_write);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -585,7 +602,8 @@ int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res)
     r.depth = cfg->depth;
     r.limit = cfg->sched.nseg;
     pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
+    pthread_cond_init(&r.cv_read, NULL);
+    pthread_cond_init(&r.cv_write, NULL);
     bufsize = sh_sched_len(&cfg->sched, 0) + SH_SEG_HDR_LEN;
     r.buf = calloc(r.depth, sizeof(*r.buf));
     r.slot_seg = malloc(r.depth * sizeof(*r.slot_seg));
@@ -624,7 +642,8 @@ join:
     pthread_mutex_lock(&r.mu);
     if (rc != 0)
         r.abort = 1;
-    pthread_cond_broadcast(&r.cv);
+    pthread_cond_broadcast(&r.cv_read);
+    pthread_cond_broadcast(&r.cv_write);
     pthread_mutex_unlock(&r.mu);
     for (unsigned i = 0; i < nreader; i++)
         pthread_join(reader_tid[i], NULL);
@@ -650,6 +669,7 @@ join:
     }
     free(r.slot_seg);
     pthread_mutex_destroy(&r.mu);
-    pthread_cond_destroy(&r.cv);
+    pthread_cond_destroy(&r.cv_read);
+    pthread_cond_destroy(&r.cv_write);
     return rc;
 }
