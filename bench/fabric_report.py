@@ -64,6 +64,9 @@ def main():
                 "xfer": med(num(r["transfer_seconds"]) for r in ok),
                 "cpu": [med(num(r[k]) for r in ok)
                         for k in ("cpu_reader", "cpu_forwarder", "cpu_last")],
+                # absent in the CSVs of runs before the engine reported them
+                "cpu_split": [med(num(r.get(k) or "-") for r in ok)
+                              for k in ("cpu_write", "cpu_read")],
             }
     out = []
     p = out.append
@@ -88,18 +91,21 @@ def main():
       "clock (engine: start-up to publish; mpibcast: the loop), transfer = the "
       "engine's transfer phase. CPU = the engine's CPU seconds per GiB by rank: "
       "reader (rank 0), forwarder (mean of ranks 1..N-2), last node (rank N-1); "
+      "of it, writing = the writer thread (hashing and writing DST, mean over "
+      "the ranks), reading = the reader rank's threads reading SRC; the rest is "
+      "the MPI side; "
       f"medians of the successful runs (ok/runs).")
     p("")
-    p("| N | method | ok | wall s | own s | transfer s | MB/s (wall) | CPU s/GiB reader | forwarder | last |")
-    p("|---|---|---|---|---|---|---|---|---|---|")
+    p("| N | method | ok | wall s | own s | transfer s | MB/s (wall) | CPU s/GiB reader | forwarder | last | writing | reading |")
+    p("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in nodes:
         for m in methods:
             s = stat[n, m]
             rate = None if not s["wall"] else size * (1 << 20) / s["wall"] / 1e6
-            cpu = [None if c is None else c / gib for c in s["cpu"]]
+            cpu = [None if c is None else c / gib for c in s["cpu"] + s["cpu_split"]]
             p(f"| {n} | {m} | {s['runs']} | {fmt(s['wall'])} | {fmt(s['own'])} | "
               f"{fmt(s['xfer'])} | {fmt(rate, 0)} | {fmt(cpu[0])} | {fmt(cpu[1])} | "
-              f"{fmt(cpu[2])} |")
+              f"{fmt(cpu[2])} | {fmt(cpu[3])} | {fmt(cpu[4])} |")
     p("")
     p("## Targets (issue 32)")
     p("")

@@ -197,18 +197,24 @@ run_fabric_engine() { # size nodes rep alg pml src dst
         >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
     t1=$(now)
     if [ "$ok" = 1 ]; then
-        # "total transfer cpu_reader cpu_forwarder cpu_last" (forwarder: the
-        # mean of the inner ranks, "-" at N=2)
+        # "total transfer cpu_reader cpu_forwarder cpu_last cpu_write
+        # cpu_read" (forwarder: the mean of the inner ranks, "-" at N=2;
+        # cpu_write: the writer threads' CPU (hashing and writing DST), mean
+        # over the ranks; cpu_read: the reader rank's reader threads)
         res=$(python3 -c 'import json, sys
 d = json.load(open(sys.argv[1])); s = d["seconds"]
 if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
-    cpu = [r["seconds"]["cpu"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
+    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
+    cpu = [r["cpu"] for r in nr]
     mid = cpu[1:-1]
-    print("%.3f %.3f %.3f %s %.3f" % (s["total"], s["transfer"], cpu[0],
-          "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1]))' "$scratch/engine.json" 2>/dev/null || true)
+    wr = [r.get("cpu_write") for r in nr]
+    print("%.3f %.3f %.3f %s %.3f %s %s" % (s["total"], s["transfer"], cpu[0],
+          "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1],
+          "%.3f" % (sum(wr) / len(wr)) if None not in wr else "-",
+          "%.3f" % nr[0]["cpu_read"] if "cpu_read" in nr[0] else "-"))' "$scratch/engine.json" 2>/dev/null || true)
         [ -n "$res" ] || ok=0
     fi
-    [ "$ok" = 1 ] || { say "$alg/$pml N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - -"; }
+    [ "$ok" = 1 ] || { say "$alg/$pml N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }
     say "$alg/$pml N=$n rep $rep: $(sub "$t0" "$t1") s (engine total transfer cpu: $res)"
     frow "$size" "$alg-$pml" "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" "$res" "$(load1)" "$(host_busy_pct)"
 }
@@ -225,7 +231,7 @@ run_fabric_mpibcast() { # size nodes rep: MPI_Bcast of S in memory, 64 MiB calls
     secs=$(sed -n 's/^bcast ok: .* in \([0-9.]*\) s$/\1/p' "$scratch/bcast.out")
     [ -n "$secs" ] || { ok=0; secs=-; say "mpibcast N=$n failed: $(tail -3 "$scratch/bcast.out" | tr '\n' ' ')"; }
     say "mpibcast N=$n rep $rep: $(sub "$t0" "$t1") s (loop $secs s)"
-    frow "$size" mpibcast-ob1 "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" "$secs $secs - - -" "$(load1)" "$(host_busy_pct)"
+    frow "$size" mpibcast-ob1 "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" "$secs $secs - - - - -" "$(load1)" "$(host_busy_pct)"
 }
 
 run_fabric_cp() { # size nodes rep src dst: every node copies SRC at once
@@ -239,7 +245,7 @@ run_fabric_cp() { # size nodes rep src dst: every node copies SRC at once
     [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
     [ "$ok" = 1 ] || say "cp N=$n failed: $(tail -3 "$scratch/cp.err" | tr '\n' ' ')"
     say "cp N=$n rep $rep: $(sub "$t0" "$t1") s"
-    frow "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" "- - - - -" "$(load1)" "$(host_busy_pct)"
+    frow "$size" cp "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" "- - - - - - -" "$(load1)" "$(host_busy_pct)"
 }
 
 # Every method of --fabric (in $methods: chain-ob1 chain-ucx bcast-ob1

@@ -350,7 +350,7 @@ row() { echo "$*" | tr ' ' ',' >>"$csv.tmp"; }
 fcsv="${fabric_out:-$out}/fabric-$stack-$(date -u +%Y-%m-%d).csv"
 if [ "$fabric" = 1 ]; then
     [ -x "$bcast_loop" ] || { echo "bench/run.sh: $bcast_loop not installed (-Dinstall_tests=true)" >&2; exit 2; }
-    echo "size_mib,method,nodes,rep,seconds,ok,own_seconds,transfer_seconds,cpu_reader,cpu_forwarder,cpu_last,load1,host_cpu_busy_pct" >"$fcsv"
+    echo "size_mib,method,nodes,rep,seconds,ok,own_seconds,transfer_seconds,cpu_reader,cpu_forwarder,cpu_last,cpu_write,cpu_read,load1,host_cpu_busy_pct" >"$fcsv"
 fi
 
 # ------------------------------------------------------------ calibration -

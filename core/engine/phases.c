@@ -362,6 +362,8 @@ static void phase_transfer(struct run *r, MPI_Comm part)
         sh_guard_mpi_fatal("transfer", xr.msg, MPI_SUCCESS);
     }
     r->res.bytes_written = xr.bytes_written;
+    r->res.cpu_write_s = xr.cpu_write_s;
+    r->res.cpu_read_s = xr.cpu_read_s;
     if (r->is_reader) {
         ref->status = xr.src_status;
         ref->err = xr.src_err;

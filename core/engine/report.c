@@ -169,8 +169,9 @@ void sh_report_json(const struct sh_report *r, FILE *out)
         fputs("," K(SH_BCAST_KEY_ERROR), out);
         sh_json_string(out, n->reason);
         fprintf(out, "," K(SH_BCAST_KEY_SECONDS) "{\"transfer\":%.6f,\"verify\":%.6f,"
-                "\"publish\":%.6f," K(SH_BCAST_KEY_CPU) "%.6f}}", n->transfer_s, n->verify_s,
-                n->publish_s, n->cpu_s);
+                "\"publish\":%.6f," K(SH_BCAST_KEY_CPU) "%.6f," K(SH_BCAST_KEY_CPU_WRITE)
+                "%.6f," K(SH_BCAST_KEY_CPU_READ) "%.6f}}", n->transfer_s, n->verify_s,
+                n->publish_s, n->cpu_s, n->cpu_write_s, n->cpu_read_s);
     }
 #undef K
     fputs("]}\n", out);

@@ -49,6 +49,8 @@ struct sh_node_result {
     uint64_t bytes_written;
     double transfer_s, verify_s, publish_s;
     double cpu_s;               /* user + system CPU of this rank so far */
+    double cpu_write_s;         /* of it, the transfer's writer thread */
+    double cpu_read_s;          /* of it, the transfer's reader threads */
     char host[64];
     char phase[16];             /* "pre-check", "transfer", "verify", "publish" */
     char reason[200];
@@ -90,7 +92,8 @@ void sh_report_text(const struct sh_report *r, FILE *out);
  *   seconds {start-up, metadata, pre-check, transfer, verify, publish, total},
  *   node_results [{node, rank, status ("copied"|"current"|"failed"|
  *   "not-copied"), bytes_written, metadata ("xattr"|"sidecar"), errno,
- *   exit_class, phase, error, seconds {transfer, verify, publish, cpu}}].
+ *   exit_class, phase, error, seconds {transfer, verify, publish, cpu,
+ *   cpu_write, cpu_read}}].
  * Fields are only ever added; "format" changes if one changes meaning. */
 void sh_report_json(const struct sh_report *r, FILE *out);
 /* Write @s as a JSON string literal (with quotes) to @out. */

@@ -81,6 +81,8 @@ struct ring {
     int src_failed;         /* reader thread hit a source error */
     int abort;
 
+    uint64_t read_cpu_ns;   /* readers: their CPU time, summed at exit */
+
     /* writer thread only (read by the main thread after join) */
     struct sh_hash *hash;
     int write_err;
@@ -88,7 +90,20 @@ struct ring {
     uint32_t src_status, src_err;
     uint64_t src_err_seg;
     uint64_t bytes_written;
+    uint64_t write_cpu_ns;
 };
+
+/* CPU time of the calling thread (clock_gettime(2) CLOCK_THREAD_CPUTIME_ID),
+ * ns; 0 if it cannot be read. Each thread of the data path reports its own,
+ * so the report can tell writing DST from reading SRC and from the MPI side. */
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static int slot_free(const struct ring *r, uint64_t k)
 {
@@ -199,6 +214,9 @@ static void *reader_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         drop_behind(r, io, lo, hi);
     }
+    pthread_mutex_lock(&r->mu);
+    r->read_cpu_ns += thread_cpu_ns();
+    pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
@@ -254,6 +272,7 @@ static void *writer_main(void *arg)
         pthread_cond_signal(&r->cv_read);
         pthread_mutex_unlock(&r->mu);
     }
+    r->write_cpu_ns = thread_cpu_ns();
     return NULL;
 }
 
@@ -654,6 +673,8 @@ join:
     res->src_err_seg = r.src_err_seg;
     res->write_err = r.write_err;
     res->bytes_written = r.bytes_written;
+    res->cpu_write_s = (double)r.write_cpu_ns / 1e9;
+    res->cpu_read_s = (double)r.read_cpu_ns / 1e9;
     if (rc == 0 && r.src_status == SH_SEG_OK && r.hash_err == 0) {
         res->digest_len = sh_hash_final(r.hash, res->digest);
         if (res->digest_len < 0)

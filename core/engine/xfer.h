@@ -46,6 +46,8 @@ struct sh_xfer_result {
     uint8_t digest[SH_HASH_MAX_LEN];    /* digest of the stream, if complete */
     int digest_len;
     uint64_t bytes_written;
+    double cpu_write_s;         /* CPU seconds of the writer thread */
+    double cpu_read_s;          /* CPU seconds of the reader threads, summed */
 };
 
 /* Run the transfer. Returns 0 when the whole stream went through this rank

@@ -72,7 +72,11 @@
 #define SH_BCAST_KEY_PHASE "phase"                      /* where it failed, or "" */
 #define SH_BCAST_KEY_ERROR "error"                      /* why, or "" */
 /* in a node's "seconds": "transfer", "verify", "publish" and */
-#define SH_BCAST_KEY_CPU "cpu"
+#define SH_BCAST_KEY_CPU "cpu"                          /* the whole rank */
+#define SH_BCAST_KEY_CPU_WRITE "cpu_write"  /* of it, its writer thread: hashing
+                                             * and writing DST's temp file */
+#define SH_BCAST_KEY_CPU_READ "cpu_read"    /* of it, its reader threads:
+                                             * reading SRC (reader rank) */
 
 /* A node that did not copy only because another node failed: its "error"
  * starts with this. */
