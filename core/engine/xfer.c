@@ -269,7 +269,8 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&r->mu);
         r->written = k + 1;
         /* frees at most the one slot of segment k: one reader can use it */
-        pthread_cond_signal(&r->cv_read);
+        if (r->written <= r->net_done)
+            pthread_cond_signal(&r->cv_read);
         pthread_mutex_unlock(&r->mu);
     }
     r->write_cpu_ns = thread_cpu_ns();
@@ -370,11 +371,17 @@ static void ring_get(struct ring *r, uint64_t *avail, uint64_t *limit,
 
 static void ring_set_net(struct ring *r, uint64_t net_done)
 {
+    uint64_t was, now;
+
     pthread_mutex_lock(&r->mu);
-    if (net_done != r->net_done) {
-        r->net_done = net_done;
+    /* slots reusable before and after: wake a reader per freed slot */
+    was = r->written < r->net_done ? r->written : r->net_done;
+    r->net_done = net_done;
+    now = r->written < r->net_done ? r->written : r->net_done;
+    if (now == was + 1)
+        pthread_cond_signal(&r->cv_read);
+    else if (now > was)
         pthread_cond_broadcast(&r->cv_read);
-    }
     pthread_mutex_unlock(&r->mu);
 }
 
