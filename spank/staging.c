@@ -278,7 +278,7 @@ static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    sigset_t dfl;
+    sigset_t dfl, none;
     int rc;
 
     if ((rc = posix_spawn_file_actions_init(&fa)) != 0)
@@ -304,8 +304,15 @@ static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
         rc = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
     if (rc == 0)
         rc = posix_spawnattr_setsigdefault(&attr, &dfl);
+    /* No signal blocked: slurmstepd's thread that runs a step's staging has
+     * SIGTERM blocked, and an agent that inherited that mask (and its
+     * engines) ignored the stop of a cancelled step (issue 35 item 4). */
+    sigemptyset(&none);
     if (rc == 0)
-        rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF);
+        rc = posix_spawnattr_setsigmask(&attr, &none);
+    if (rc == 0)
+        rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                                 POSIX_SPAWN_SETSIGMASK);
     if (rc == 0)
         rc = posix_spawn(pid, agent, &fa, &attr, sh_agent_argv, sh_agent_envp);
     posix_spawnattr_destroy(&attr);

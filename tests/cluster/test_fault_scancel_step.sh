@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Issue 35 item 4: a step staging cancels like a job staging. Inside an
+# allocation on every node, `srun --stage-image` stages at the step's start
+# (in its slurmstepd, before its tasks exist); the job is cancelled in the
+# middle of that broadcast. The step's program never runs on any node (its
+# marker files stay absent), the job ends CANCELLED, its staging processes
+# end (no engine, agent, PMIx host or staging process of it is left), no
+# partial file and no temp file is under DST's name, its runtime state is
+# gone, no node is drained; then the same step staging in a new job works.
+# The step's node 0 sees the job end (it asks slurmctld every 2 s) and stops
+# its agent as the epilog stops a job's staging; the other nodes' engines
+# then stop: no engine of the staging runs 15 s after the scancel (before,
+# the staging ran on to its end). Four tries (the issue measured 4 of 4
+# running the program); the cancel lands at 10, 30, 50 and 70 % of the
+# image written on the last node. Cases F06, F28.
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+[ "$k" -ge 2 ] || skip "needs 2 nodes"
+tries=${STAGEHAND_SCANCEL_STEP_TRIES:-4}
+tok=fcstep$$
+tag=fault-cancel-step.$$
+dst=/nvme/$tok/img
+src=$MINICLUSTER_SHARED/$tok.img
+out=$MINICLUSTER_SHARED/$tok.out
+marks=$MINICLUSTER_SHARED/$tok.ran
+cleanup() {
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    rm -rf "$src" "$out" "$marks"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+}
+trap cleanup EXIT
+# 2 GiB, mostly a hole: seconds of broadcast on the test cluster
+size=$((2048 * 1048576))
+make_slow_source "$src" 2048 || fail "cannot create $src"
+want=$(md5sum "$src" | cut -d' ' -f1)
+mkdir -p "$marks" && chown "$MINICLUSTER_USER" "$marks"
+
+# The batch script itself needs no image; its srun stages on every node and
+# each task leaves a marker named after its node when its program runs.
+script="srun -N$k --ntasks-per-node=1 --stage-image=$src:$dst "'sh -c '"'"'touch '"$marks"'/$(hostname) && echo step-ran'"'"
+
+# scancel_when_written NODE PID BYTES: scancel job $id as soon as engine PID
+# on NODE has written BYTES (one loop inside the node, polling every 5 ms);
+# fails when the engine ended before.
+scancel_when_written() {
+    on_node "$1" sh -c '
+        for _ in $(seq 1 4000); do
+            io=$(awk '"'"'$1 == "wchar:" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || exit 1
+            [ -n "$io" ] || exit 1
+            [ "$io" -ge "$2" ] && exit 0
+            sleep 0.005
+        done; exit 1' sh "$2" "$3" || return 1
+    as_user scancel "$id"
+}
+
+victim=${MINICLUSTER_NODES##* }
+for try in $(seq 1 "$tries"); do
+    rm -f "$out" "$marks"/*
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+    id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --wrap "$script") ||
+        fail "try $try: sbatch: $id"
+    pid=""
+    for _ in $(seq 1 600); do
+        pid=$(engine_pids "$victim" "$tok" | head -1)
+        [ -n "$pid" ] && break
+        sleep 0.05
+    done
+    [ -n "$pid" ] || fail "try $try: job $id: no engine of the step's staging on $victim: $(cat "$out" 2>/dev/null)"
+    # a different point of the broadcast each try: 10, 30, 50, 70 % written
+    pct=$((10 + 20 * ((try - 1) % 4)))
+    scancel_when_written "$victim" "$pid" $((size * pct / 100)) ||
+        fail "try $try: job $id: the engine on $victim ended before $pct % of the image"
+    t0=$SECONDS
+    st=$(wait_job_end "$id" 60)
+    [ "$st" = CANCELLED ] || fail "try $try: job $id ended $st after scancel: $(cat "$out")"
+    t_end=$((SECONDS - t0))
+    # the staging stops as a job's does: no engine of it within 15 s (before,
+    # it ran on to its end, then refused the tasks)
+    left=$(procs_left engine_pids "$tok" 15)
+    [ -z "$left" ] || fail "try $try: job $id: engines still run 15 s after the scancel: $left"
+    t_stop=$((SECONDS - t0))
+    # no stagehand process of the job left (agents, PMIx hosts, staging
+    # processes, sentinels)
+    for name in stagehand-stage sh-sentinel stagehand-agent stagehand-bcast; do
+        left=$(procs_left named_pids "$name" 30)
+        [ -z "$left" ] || fail "try $try: job $id: $name still runs 30 s after the scancel: $left"
+    done
+    assert_stopped_staging_clean "$id" "$want" "the scancel (try $try)"
+    # a task's program would leave its marker at once; give a late one time
+    sleep 2
+    ran=$(find "$marks" -mindepth 1 -printf '%f ' 2>/dev/null)
+    [ -z "$ran" ] || fail "try $try: job $id: the cancelled step's program ran on: $ran"
+    ! grep -q step-ran "$out" 2>/dev/null || fail "try $try: job $id: the step's program ran: $(cat "$out")"
+    whole=0
+    for n in $MINICLUSTER_NODES; do
+        [ "$(node_md5 "$n" "$dst")" = "$want" ] && whole=$((whole + 1))
+    done
+    echo "ok: try $try: scancel at $pct % written: job $id CANCELLED after $t_end s, its engines gone after $t_stop s; the step's program ran nowhere, $whole whole and no partial DST, nothing left, no drain"
+done
+
+# the same step staging in a new job
+rm -f "$out" "$marks"/*
+id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --wrap "$script") || fail "sbatch: $id"
+st=$(wait_job_end "$id" 120)
+[ "$st" = COMPLETED ] || fail "the next job $id ended $st: $(cat "$out")"
+[ "$(grep -c step-ran "$out")" = "$k" ] || fail "the next job's step did not run on $k nodes: $(cat "$out")"
+assert_staged_everywhere "$src" "$dst"
+assert_no_temp_files "$dst"
+assert_runtime_gone "$id"
+assert_no_drain
+echo "ok: the step staging in a new job staged to $k nodes and ran"
