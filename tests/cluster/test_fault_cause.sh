@@ -39,13 +39,19 @@ kill_one() {
         sleep 0.05
     done
     [ -n "$pid" ] || fail "$what: job $id: no engine on $victim: $(cat "$out" 2>/dev/null)"
-    # the engine's parent is its node's agent, the agent's the staging process
-    agent=$(on_node "$victim" ps -o ppid= -p "$pid" | tr -d ' ')
-    stager=$(on_node "$victim" ps -o ppid= -p "$agent" | tr -d ' ')
-    [ "$(on_node "$victim" cat "/proc/$agent/comm")" = stagehand-agent ] ||
-        fail "$what: job $id: the engine's parent $agent is not the agent"
-    [ "$(on_node "$victim" cat "/proc/$stager/comm")" = stagehand-stage ] ||
-        fail "$what: job $id: the agent's parent $stager is not the staging process"
+    # up from the engine: the agent's PMIx host (an agent process), the
+    # agent, the staging process
+    agent="" stager=$pid
+    while [ -n "$stager" ] && [ "$stager" -gt 1 ]; do
+        case "$(on_node "$victim" cat "/proc/$stager/comm" 2>/dev/null)" in
+            stagehand-stage) break ;;
+            stagehand-agent) agent=$stager ;;
+        esac
+        stager=$(on_node "$victim" ps -o ppid= -p "$stager" | tr -d ' ')
+    done
+    [ -n "$agent" ] || fail "$what: job $id: no agent above the engine $pid on $victim"
+    [ "$(on_node "$victim" cat "/proc/$stager/comm" 2>/dev/null)" = stagehand-stage ] ||
+        fail "$what: job $id: no staging process above the agent $agent on $victim"
     case $what in
         engine) target=$pid cause="engine killed by signal 9" ;;
         agent) target=$agent cause="agent killed by signal 9" ;;
