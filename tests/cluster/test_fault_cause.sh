@@ -10,7 +10,7 @@
 # and what ended (the engine, the agent, the staging process); no partial
 # DST, no temp file, no process or runtime state of the job is left, no node
 # is drained. Then the same job stages on every node. Cases F06, F21.
-# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the node's shell
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
 source "$(dirname "$0")/faultlib.sh"
@@ -32,12 +32,7 @@ kill_one() {
     off=$(log_offset "$victim")
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
              --wrap 'echo script-ran') || fail "$what: sbatch: $id"
-    pid=""
-    for _ in $(seq 1 600); do
-        pid=$(engine_pids "$victim" "$tok" | head -1)
-        [ -n "$pid" ] && break
-        sleep 0.05
-    done
+    pid=$(wait_engine_pid "$victim" "$tok")
     [ -n "$pid" ] || fail "$what: job $id: no engine on $victim: $(cat "$out" 2>/dev/null)"
     # up from the engine: the agent's PMIx host (an agent process), the
     # agent, the staging process
@@ -58,13 +53,7 @@ kill_one() {
         stage) target=$stager cause="its staging process (stagehand-stage) ended without an outcome" ;;
     esac
     # wait for a quarter of the image in the engine's writes, then kill
-    on_node "$victim" sh -c '
-        for _ in $(seq 1 6000); do
-            io=$(awk '"'"'$1 == "wchar:" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || exit 1
-            [ -n "$io" ] || exit 1
-            [ "$io" -ge "$2" ] && exec kill -9 "$3"
-            sleep 0.005
-        done; exit 1' sh "$pid" $((size / 4)) "$target" ||
+    { wait_io "$victim" "$pid" wchar $((size / 4)) && on_node "$victim" kill -9 "$target"; } ||
         fail "$what: job $id: could not kill $target at a quarter of the image"
     t0=$SECONDS
     st=$(wait_job_end "$id" 45)

@@ -43,36 +43,17 @@ mkdir -p "$marks" && chown "$MINICLUSTER_USER" "$marks"
 # each task leaves a marker named after its node when its program runs.
 script="srun -N$k --ntasks-per-node=1 --stage-image=$src:$dst "'sh -c '"'"'touch '"$marks"'/$(hostname) && echo step-ran'"'"
 
-# scancel_when_written NODE PID BYTES: scancel job $id as soon as engine PID
-# on NODE has written BYTES (one loop inside the node, polling every 5 ms);
-# fails when the engine ended before.
-scancel_when_written() {
-    on_node "$1" sh -c '
-        for _ in $(seq 1 4000); do
-            io=$(awk '"'"'$1 == "wchar:" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || exit 1
-            [ -n "$io" ] || exit 1
-            [ "$io" -ge "$2" ] && exit 0
-            sleep 0.005
-        done; exit 1' sh "$2" "$3" || return 1
-    as_user scancel "$id"
-}
-
 victim=${MINICLUSTER_NODES##* }
 for try in $(seq 1 "$tries"); do
     rm -f "$out" "$marks"/*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --wrap "$script") ||
         fail "try $try: sbatch: $id"
-    pid=""
-    for _ in $(seq 1 600); do
-        pid=$(engine_pids "$victim" "$tok" | head -1)
-        [ -n "$pid" ] && break
-        sleep 0.05
-    done
+    pid=$(wait_engine_pid "$victim" "$tok")
     [ -n "$pid" ] || fail "try $try: job $id: no engine of the step's staging on $victim: $(cat "$out" 2>/dev/null)"
     # a different point of the broadcast each try: 10, 30, 50, 70 % written
     pct=$((10 + 20 * ((try - 1) % 4)))
-    scancel_when_written "$victim" "$pid" $((size * pct / 100)) ||
+    { wait_io "$victim" "$pid" wchar $((size * pct / 100)) && as_user scancel "$id"; } ||
         fail "try $try: job $id: the engine on $victim ended before $pct % of the image"
     t0=$SECONDS
     st=$(wait_job_end "$id" 60)

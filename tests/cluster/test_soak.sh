@@ -123,12 +123,7 @@ lane() {
                          --stage-image="$dir/c.img:/nvme/$tok/L$l/c" --wrap 'echo ran') ||
                     { echo "$i FAIL sbatch: $id"; continue; }
                 echo "$i id $id"
-                pid=""
-                for _ in $(seq 1 300); do
-                    pid=$(engine_pids "$victim" "$tok/L$l/c" | head -1)
-                    [ -n "$pid" ] && break
-                    sleep 0.05
-                done
+                pid=$(wait_engine_pid "$victim" "$tok/L$l/c")
                 killed=0
                 [ -n "$pid" ] && kill_at_io "$victim" "$pid" wchar 1048576 >/dev/null && killed=1
                 st=$(wait_job_end "$id" 120)
