@@ -471,6 +471,39 @@ static void count_refused(enum sh_log_level level, const char *line)
         refused_logged++;
 }
 
+/* Fork node 1 of a 4-node job @job (fanout 2) as the agent a sentinel
+ * starts on listener @lfd (closed here): it waits for a proof of @kjob and
+ * must end with ENOTCONN at its 3 s deadline, having logged @refusals
+ * refused wake-ups or more. The child closes @spy, the listener that stands
+ * for its parent's and child's ports. Exit 0: as expected; 2: joined nobody
+ * but logged fewer refusals; 1: otherwise. Returns the child's pid. */
+static pid_t fork_waiting_agent(uint64_t job, uint16_t base, const unsigned char *kjob,
+                                int lfd, int spy, unsigned refusals)
+{
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sh_ctl_cfg cfg = {
+            .nnodes = 4, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
+            .bind_addr = "127.0.0.1", .port_base = base, .port_range = 48,
+            .port_probe = 48, .jobid = job, .kjob = kjob, .hs_timeout_ns = SH_NS_PER_S,
+            .inherit_listener = true, .listen_fd = lfd, .wait_wake = true,
+        };
+        struct sh_ctl *ctl = NULL;
+        int rc;
+
+        alarm(20);
+        close(spy);
+        sh_log_set_sink(count_refused);
+        rc = sh_ctl_join(&cfg, sh_now_ns() + 3 * SH_NS_PER_S, &ctl);
+        _exit(rc == -1 && errno == ENOTCONN && ctl == NULL
+                  ? (refused_logged >= refusals ? 0 : 2) : 1);
+    }
+    close(lfd);
+    return pid;
+}
+
 /* Issue 30 item 7: an agent started by a sentinel for connections that prove
  * nothing (garbage; a HELLO claiming to be its parent, without the key) does
  * not join: it connects to nobody (neither its parent nor its child, whose
@@ -496,26 +529,8 @@ START_TEST(wake_forged_refused)
      * (node 0) and poke its child (node 3), all on 127.0.0.1 */
     spy = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &spy_port);
     ck_assert_int_ge(spy, 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct sh_ctl_cfg cfg = {
-            .nnodes = 4, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
-            .bind_addr = "127.0.0.1", .port_base = base, .port_range = 48,
-            .port_probe = 48, .jobid = job, .kjob = kjob, .hs_timeout_ns = SH_NS_PER_S,
-            .inherit_listener = true, .listen_fd = lfd, .wait_wake = true,
-        };
-        struct sh_ctl *ctl = NULL;
-        int rc;
-
-        alarm(20);
-        close(spy);
-        sh_log_set_sink(count_refused); /* the forged HELLO's refusal is logged */
-        rc = sh_ctl_join(&cfg, sh_now_ns() + 3 * SH_NS_PER_S, &ctl);
-        _exit(rc == -1 && errno == ENOTCONN && ctl == NULL ? (refused_logged >= 1 ? 0 : 2)
-                                                           : 1);
-    }
-    close(lfd);
+    /* the forged HELLO's refusal is logged */
+    pid = fork_waiting_agent(job, base, kjob, lfd, spy, 1);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sa.sin_port = htons(port);
     /* garbage: closed by the agent */
@@ -645,26 +660,7 @@ START_TEST(wake_replayed_refused)
     ck_assert_int_ge(lfd, 0);
     spy = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &spy_port);
     ck_assert_int_ge(spy, 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct sh_ctl_cfg cfg = {
-            .nnodes = 4, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
-            .bind_addr = "127.0.0.1", .port_base = base, .port_range = 48,
-            .port_probe = 48, .jobid = job, .kjob = kjob, .hs_timeout_ns = SH_NS_PER_S,
-            .inherit_listener = true, .listen_fd = lfd, .wait_wake = true,
-        };
-        struct sh_ctl *ctl = NULL;
-        int rc;
-
-        alarm(20);
-        close(spy);
-        sh_log_set_sink(count_refused);
-        rc = sh_ctl_join(&cfg, sh_now_ns() + 3 * SH_NS_PER_S, &ctl);
-        _exit(rc == -1 && errno == ENOTCONN && ctl == NULL ? (refused_logged >= 2 ? 0 : 2)
-                                                           : 1);
-    }
-    close(lfd);
+    pid = fork_waiting_agent(job, base, kjob, lfd, spy, 2);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sa.sin_port = htons(port);
     /* replayed twice, all at once and after the challenge: the agent answers
