@@ -136,11 +136,11 @@ kill_at_io() {
         kill -9 "$pid" && echo "$io"' sh "$2" "$3" "$4"
 }
 
-# The first engine pid of a staging to @2 (engine_pids) on node @1, waiting
-# up to 30 s for it to appear; "" when none did.
+# The first engine pid of a staging to or from @2 (engine_pids) on node @1,
+# waiting up to 30 s for it to appear; "" when none did.
 wait_engine_pid() {
-    local pid=""
-    for _ in $(seq 1 600); do
+    local pid="" end=$((SECONDS + 30))
+    while [ "$SECONDS" -le "$end" ]; do
         pid=$(engine_pids "$1" "$2" | head -1)
         [ -n "$pid" ] && break
         sleep 0.05

@@ -39,8 +39,9 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$dir" && chown "$MINICLUSTER_USER" "$dir"
 { make_user_file "$dir/a.img" 2 && make_user_file "$dir/b.img" 3 &&
-    make_slow_source "$dir/c.img" 1024; } || fail "cannot create sources"
-sums=" $(md5sum "$dir/a.img" "$dir/b.img" "$dir/c.img" | cut -d' ' -f1 | tr '\n' ' ')"
+    for ((l = 0; l < lanes; l++)); do make_slow_source "$dir/c$l.img" 1024 || exit 1; done; } ||
+    fail "cannot create sources"
+sums=" $(md5sum "$dir"/*.img | cut -d' ' -f1 | tr '\n' ' ')"
 victim=${MINICLUSTER_NODES##* }
 line=$(grep '^required .*stagehand\.so' "$plugstack") || fail "no stagehand line in $plugstack"
 port_base=$(grep -oE 'port_base=[0-9]+' <<<"$line" | cut -d= -f2)
@@ -117,13 +118,14 @@ lane() {
                 st=$(wait_job_end "$id" 120)
                 case "$st" in CANCELLED | COMPLETED) ;; *) res="FAIL cancelled job $id ended $st" ;; esac ;;
             6) # node fault: the last node's engine killed in the middle of
-               # a copy of c (a DST of its own: every such job copies)
+               # a copy of the lane's c (a DST of its own: every such job
+               # copies to that node)
                 on_node "$victim" rm -f "/nvme/$tok/L$l/c"
                 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" \
-                         --stage-image="$dir/c.img:/nvme/$tok/L$l/c" --wrap 'echo ran') ||
+                         --stage-image="$dir/c$l.img:/nvme/$tok/L$l/c" --wrap 'echo ran') ||
                     { echo "$i FAIL sbatch: $id"; continue; }
                 echo "$i id $id"
-                pid=$(wait_engine_pid "$victim" "$tok/L$l/c")
+                pid=$(wait_engine_pid "$victim" "$tok/c$l.img")
                 killed=0
                 [ -n "$pid" ] && kill_at_io "$victim" "$pid" wchar 1048576 >/dev/null && killed=1
                 st=$(wait_job_end "$id" 120)
