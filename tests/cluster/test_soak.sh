@@ -39,7 +39,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$dir" && chown "$MINICLUSTER_USER" "$dir"
 { make_user_file "$dir/a.img" 2 && make_user_file "$dir/b.img" 3 &&
-    for ((l = 0; l < lanes; l++)); do make_slow_source "$dir/c$l.img" 1024 || exit 1; done; } ||
+    for ((l = 0; l < lanes; l++)); do make_slow_source "$dir/c$l.img" 160 || exit 1; done; } ||
     fail "cannot create sources"
 sums=" $(md5sum "$dir"/*.img | cut -d' ' -f1 | tr '\n' ' ')"
 victim=${MINICLUSTER_NODES##* }
