@@ -125,6 +125,34 @@ static void remove_step_state(int rfd, uint32_t jobid)
     closedir(d);
 }
 
+/* Epilog (issue 35 item 6): a staging process that was killed (or died)
+ * before it wrote this node's outcome leaves its record, "<jobid>.agent",
+ * naming a process that no longer runs, and no status. Nothing else saw it
+ * end: say so in the slurmd log, naming the node; the job's tasks here
+ * said it in the job's output (task.c). */
+static void report_lost_staging(uint32_t jobid, const char *status_path)
+{
+    char name[32], comm[32], host[256];
+    int rfd;
+
+    if (access(status_path, F_OK) == 0 || errno != ENOENT)
+        return;
+    rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rfd < 0)
+        return;
+    snprintf(name, sizeof(name), "%u.agent", jobid);
+    if (faccessat(rfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0 &&
+        sh_job_recorded_process(rfd, name, comm, sizeof(comm)) == 0) {
+        snprintf(host, sizeof(host), "%s", sh_job_env("SLURMD_NODENAME", NULL));
+        if (host[0] == '\0' && gethostname(host, sizeof(host)) != 0)
+            snprintf(host, sizeof(host), "this node");
+        slurm_error("stagehand: job %u: staging failed on %s: its staging process "
+                    "(%s) ended without an outcome: killed, or it died; this node's "
+                    "tasks of the job did not start", jobid, host, SH_STAGING_NAME);
+    }
+    close(rfd);
+}
+
 int sh_epilog_run(spank_t sp, int ac, char **av)
 {
     char path[512], name[32];
@@ -139,8 +167,10 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
      * for (bounded by its deadline): it writes its outcome last. */
     stop_running_staging(jobid);
     (void)sh_wait_job_staging(jobid, LOCK_EX, NULL);
-    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) == 0)
+    if (sh_status_path(SH_RUNTIME_DIR, jobid, -1, path, sizeof(path)) == 0) {
+        report_lost_staging(jobid, path);
         unlink(path);
+    }
     /* The job's runtime directory belongs to the job user: remove it without
      * following anything the user may have planted in it. */
     rfd = open(SH_RUNTIME_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -75,6 +75,13 @@ void sh_stage_process_set_agent(pid_t pid)
         (void)kill(-pid, SIGTERM);
 }
 
+void sh_stage_process_stop(pid_t agent)
+{
+    staging_stopped = 1;
+    if (agent > 0)
+        (void)kill(-agent, SIGTERM);
+}
+
 bool sh_stage_process_stopped(void)
 {
     return staging_stopped != 0;

@@ -172,12 +172,39 @@ static void parse_output_line(char *line, struct sh_agent_result *res)
     }
 }
 
-/* Read the agent's output until EOF or @deadline; returns 0 at EOF, -1 with
- * errno = ETIMEDOUT at the deadline. */
-static int read_outputs(int fd, int64_t deadline, struct sh_agent_result *res)
+/* How often a step's staging on the step's node 0 asks slurmctld whether
+ * its job still runs (read_outputs): one question per step staging every
+ * 2 s, not one per node. */
+#define SH_STEP_WATCH_NS (2 * SH_NS_PER_S)
+
+/* A step's staging cancels like a job's (issue 35 item 4): slurmstepd is
+ * inside this plugin until the staging ends, so a scancel does not reach
+ * it. The step's node 0 asks slurmctld every SH_STEP_WATCH_NS whether the
+ * job still runs; once it has ended, this node's agent is stopped, as the
+ * epilog stops a job's (sh_stage_process_stop), and the other nodes' agents
+ * see it gone and stop their engines. */
+static void step_watch(const struct sh_staging *s, pid_t agent, int64_t *next)
 {
+    if (agent <= 0 || sh_now_ns() < *next)
+        return;
+    *next = sh_now_ns() + SH_STEP_WATCH_NS;
+    if (!sh_stage_process_stopped() && !sh_step_job_running(s->job->jobid)) {
+        slurm_info("stagehand: job %u step %ld: the job has ended during this step's "
+                   "staging: stopping it (agent %d)", s->job->jobid, s->job->stepid,
+                   (int)agent);
+        sh_stage_process_stop(agent);
+    }
+}
+
+/* Read the agent's output until EOF or @deadline; returns 0 at EOF, -1 with
+ * errno = ETIMEDOUT at the deadline. @watch > 0: the agent of a step's
+ * staging on the step's node 0, stopped when the job ends (step_watch). */
+static int read_outputs(const struct sh_staging *s, int fd, int64_t deadline, pid_t watch)
+{
+    struct sh_agent_result *res = s->res;
     char buf[SH_KV_LINE_MAX * 2];
     size_t used = 0;
+    int64_t next_watch = sh_now_ns() + SH_STEP_WATCH_NS;
 
     for (;;) {
         int ms = sh_poll_ms_until(deadline);
@@ -188,6 +215,13 @@ static int read_outputs(int fd, int64_t deadline, struct sh_agent_result *res)
         if (ms == 0) {
             errno = ETIMEDOUT;
             return -1;
+        }
+        if (watch > 0) {
+            int wms = sh_poll_ms_until(next_watch);
+
+            step_watch(s, watch, &next_watch);
+            if (wms < ms)
+                ms = wms > 0 ? wms : 1;
         }
         pr = poll(&pfd, 1, ms);
         if (pr < 0 && errno == EINTR)
@@ -244,7 +278,7 @@ static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
 {
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    sigset_t dfl;
+    sigset_t dfl, none;
     int rc;
 
     if ((rc = posix_spawn_file_actions_init(&fa)) != 0)
@@ -270,8 +304,15 @@ static int spawn_agent(const char *agent, int in_fd, int out_fd, pid_t *pid)
         rc = posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
     if (rc == 0)
         rc = posix_spawnattr_setsigdefault(&attr, &dfl);
+    /* No signal blocked: slurmstepd's thread that runs a step's staging has
+     * SIGTERM blocked, and an agent that inherited that mask (and its
+     * engines) ignored the stop of a cancelled step (issue 35 item 4). */
+    sigemptyset(&none);
     if (rc == 0)
-        rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF);
+        rc = posix_spawnattr_setsigmask(&attr, &none);
+    if (rc == 0)
+        rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGDEF |
+                                                 POSIX_SPAWN_SETSIGMASK);
     if (rc == 0)
         rc = posix_spawn(pid, agent, &fa, &attr, sh_agent_argv, sh_agent_envp);
     posix_spawnattr_destroy(&attr);
@@ -434,7 +475,9 @@ static int agent_wait(struct sh_staging *s, pid_t pid, int out_fd)
     int wstatus = 0, rc;
 
     deadline = sh_now_ns() + (int64_t)s->cfg->timeout_ns + PROLOG_GRACE_S * 1000000000LL;
-    if (read_outputs(out_fd, deadline, res) != 0) {
+    if (read_outputs(s, out_fd, deadline,
+                     s->job->stepid >= 0 && s->job->have_nodeid && s->job->nodeid == 0
+                         ? pid : 0) != 0) {
         kill(-pid, SIGKILL);
         res->have_result = false;
         snprintf(res->message, sizeof(res->message),

@@ -116,7 +116,12 @@ pid_t sh_stage_process_start(struct sh_staging *s, int ac, char **av);
 /* In the staging process: the agent @pid it has started (the epilog's stop
  * is passed on to it). */
 void sh_stage_process_set_agent(pid_t pid);
-/* Has the epilog stopped this staging process (always false elsewhere)? */
+/* A step's staging whose job has ended (staging.c, issue 35 item 4): stop
+ * it as the epilog stops the job prolog's, SIGTERM to the agent's session
+ * @agent, and remember it (sh_stage_process_stopped). */
+void sh_stage_process_stop(pid_t agent);
+/* Has the epilog stopped this staging process, or a step's staging seen its
+ * job end (sh_stage_process_stop)? */
 bool sh_stage_process_stopped(void);
 /* A process that outlives the prolog lets go of the prolog's standard
  * streams; @keep (< 0: none) is a descriptor among 0-2 to leave alone. */

@@ -254,7 +254,11 @@ void ctl_serve_listener(struct sh_ctl *ctl, int64_t wake_ns, int64_t deadline_ns
         if (h->fd < 0)
             continue;
         if (now >= h->deadline_ns) {
-            sh_debug("ctl", "%s: no handshake by its deadline: closed", h->peer);
+            if (me.quiet && !sh_hs_srv_waiting_hello(h))
+                sh_warn("ctl", "wake-up refused: %s gave no proof of the job key by its "
+                        "deadline: not woken", h->name);
+            else
+                sh_debug("ctl", "%s: no handshake by its deadline: closed", h->peer);
             sh_hs_srv_abort(h);
             continue;
         }

@@ -332,6 +332,29 @@ static int srv_hello(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
     return rc == 0 ? 0 : srv_fail(s, errno);
 }
 
+/* A wake-up refused (issue 35 item 5): while an agent a sentinel started
+ * waits for a peer that proves K_job (@me->quiet), a client whose HELLO named
+ * this job, step and node and then did not prove the key (a wrong proof, a
+ * replayed one: the nonces are fresh; or no proof at all) is logged as a
+ * warning whatever else is quiet, naming its address and what it claimed.
+ * Returns @err. */
+static int srv_refused(const struct sh_hs_srv *s, const struct sh_hs_ident *me,
+                       enum sh_log_level rej, int err, const char *why)
+{
+    if (me->quiet && s->state == SRV_PROOF)
+        sh_warn("ctl", "wake-up refused: %s %s: not woken (a forged or replayed "
+                "wake-up, or a peer without the job key)", s->name, why);
+    else if (err == EACCES)
+        sh_log(rej, "ctl", "handshake with %s rejected: %s (keyless or foreign peer)",
+               s->name, why);
+    else if (err == EPROTO)
+        sh_log(rej, "ctl", "handshake with %s rejected: %s", s->state == SRV_HELLO
+               ? s->peer : s->name, why);
+    else
+        sh_debug("ctl", "%s %s", s->state == SRV_HELLO ? s->peer : s->name, why);
+    return err;
+}
+
 /* The client's PROOF in @s->buf: check it, welcome the client. */
 static int srv_proof(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
                      const struct sh_hs_ident *me, enum sh_log_level rej,
@@ -345,11 +368,8 @@ static int srv_proof(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
     if (make_proof(kjob, "client", me->jobid, me->stepid, me->index, s->client,
                    s->nonce_c, s->nonce_s, want) != 0)
         err = errno != 0 ? errno : EIO;
-    if (err == 0 && CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0) {
-        sh_log(rej, "ctl", "handshake with %s rejected: it does not prove the job key "
-               "(keyless or foreign peer)", s->name);
-        err = EACCES;
-    }
+    if (err == 0 && CRYPTO_memcmp(want, proof.proof, SH_KEY_LEN) != 0)
+        err = srv_refused(s, me, rej, EACCES, "it does not prove the job key");
     if (err == 0 && sh_key_derive_session(kjob, s->nonce_c, s->nonce_s, c2s, s2c) != 0)
         err = errno != 0 ? errno : EIO;
     if (err == 0) {
@@ -392,12 +412,9 @@ int sh_hs_srv_step(struct sh_hs_srv *s, const unsigned char kjob[SH_KEY_LEN],
             return srv_fail(s, errno);
         if (n == 0) {
             if (s->have > 0)
-                sh_log(rej, "ctl", "handshake with %s rejected: truncated message",
-                       who);
-            else
-                sh_debug("ctl", "%s closed the connection during the handshake",
-                         who);
-            return srv_fail(s, s->have > 0 ? EPROTO : ECONNRESET);
+                return srv_fail(s, srv_refused(s, me, rej, EPROTO, "truncated message"));
+            return srv_fail(s, srv_refused(s, me, rej, ECONNRESET, "closed the "
+                                           "connection during the handshake"));
         }
         s->have += (size_t)n;
         if (s->have >= 8 && s->have - (size_t)n < 8 && !head_ok(s->buf, type)) {

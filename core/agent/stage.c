@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -35,6 +37,18 @@
 #define MAX_INPUT_LINES 256
 
 static FILE *proto_out;
+
+/* The plugin's process that started this agent and reads its outcome (the
+ * job prolog's staging process, or slurmstepd) has ended: nobody will
+ * record this node's outcome. Stop this agent's process group (its engine
+ * removes its temp file) as the epilog would: the other nodes then see this
+ * node gone at once instead of at the end of the copy (issue 35 item 6). */
+static void on_plugin_gone(int sig)
+{
+    (void)sig;
+    signal(SIGTERM, SIG_DFL);
+    (void)kill(0, SIGTERM);
+}
 
 /* Agent log lines travel to the plugin, which puts them in the slurmd log. */
 static void pipe_sink(enum sh_log_level level, const char *line)
@@ -315,6 +329,7 @@ int sh_agent_prolog_main(void)
     static struct agent a;
     char err[SH_STATUS_LINE_MAX];
     int64_t t_start = sh_now_ns(), t_setup = 0;
+    pid_t plugin = getppid();
     int out_fd, devnull;
 
     a.listener = -1;
@@ -380,6 +395,17 @@ int sh_agent_prolog_main(void)
      * process now may be the user's doing (the user can signal it). */
     sh_kv_put(a.out, SH_AGENT_OUT_PHASE, "user");
     fflush(a.out);
+    /* Told when the plugin's process ends (set here: a change of
+     * credentials clears it); a detached agent's plugin side has ended by
+     * design. */
+    if (!a.in.detached) {
+        signal(SIGHUP, on_plugin_gone);
+        if (prctl(PR_SET_PDEATHSIG, SIGHUP) != 0 || getppid() != plugin) {
+            set_failure(&a, false, "node %s: the plugin's process that started this "
+                        "agent has ended", a.in.nodename);
+            goto done;
+        }
+    }
     /* The node list: work in proportion to its size only now, as the user,
      * and no more names than Slurm gave the job or step (issue 30 item 5). */
     if (sh_nodelist_expand(a.in.nodelist, a.in.nnodes != 0 ? a.in.nnodes : SH_AGENT_MAX_NODES,

@@ -136,6 +136,31 @@ kill_at_io() {
         kill -9 "$pid" && echo "$io"' sh "$2" "$3" "$4"
 }
 
+# The first engine pid of a staging to or from @2 (engine_pids) on node @1,
+# waiting up to 30 s for it to appear; "" when none did.
+wait_engine_pid() {
+    local pid="" end=$((SECONDS + 30))
+    while [ "$SECONDS" -le "$end" ]; do
+        pid=$(engine_pids "$1" "$2" | head -1)
+        [ -n "$pid" ] && break
+        sleep 0.05
+    done
+    echo "$pid"
+}
+
+# wait_io NODE PID FIELD BYTES: return once process PID in node NODE has
+# FIELD (rchar or wchar, /proc/PID/io) at BYTES or more; one loop inside the
+# node, polling every 5 ms. Fails when PID ends first or after 30 s.
+wait_io() {
+    on_node "$1" sh -c '
+        for _ in $(seq 1 6000); do
+            io=$(awk -v k="$2" '"'"'$1 == k":" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || exit 1
+            [ -n "$io" ] || exit 1
+            [ "$io" -ge "$3" ] && exit 0
+            sleep 0.005
+        done; exit 1' sh "$2" "$3" "$4"
+}
+
 # Size of @2 in node @1 ("" when missing).
 node_size() {
     on_node "$1" stat -c %s "$2" 2>/dev/null || true

@@ -461,6 +461,49 @@ START_TEST(wake_parent_accepted)
 }
 END_TEST
 
+/* Wake-ups refused and logged (issue 35 item 5), counted in the process of
+ * the agent under test. */
+static unsigned refused_logged;
+
+static void count_refused(enum sh_log_level level, const char *line)
+{
+    if (level <= SH_LOG_WARN && strstr(line, "wake-up refused: ") != NULL)
+        refused_logged++;
+}
+
+/* Fork node 1 of a 4-node job @job (fanout 2) as the agent a sentinel
+ * starts on listener @lfd (closed here): it waits for a proof of @kjob and
+ * must end with ENOTCONN at its 3 s deadline, having logged @refusals
+ * refused wake-ups or more. The child closes @spy, the listener that stands
+ * for its parent's and child's ports. Exit 0: as expected; 2: joined nobody
+ * but logged fewer refusals; 1: otherwise. Returns the child's pid. */
+static pid_t fork_waiting_agent(uint64_t job, uint16_t base, const unsigned char *kjob,
+                                int lfd, int spy, unsigned refusals)
+{
+    pid_t pid = fork();
+
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sh_ctl_cfg cfg = {
+            .nnodes = 4, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
+            .bind_addr = "127.0.0.1", .port_base = base, .port_range = 48,
+            .port_probe = 48, .jobid = job, .kjob = kjob, .hs_timeout_ns = SH_NS_PER_S,
+            .inherit_listener = true, .listen_fd = lfd, .wait_wake = true,
+        };
+        struct sh_ctl *ctl = NULL;
+        int rc;
+
+        alarm(20);
+        close(spy);
+        sh_log_set_sink(count_refused);
+        rc = sh_ctl_join(&cfg, sh_now_ns() + 3 * SH_NS_PER_S, &ctl);
+        _exit(rc == -1 && errno == ENOTCONN && ctl == NULL
+                  ? (refused_logged >= refusals ? 0 : 2) : 1);
+    }
+    close(lfd);
+    return pid;
+}
+
 /* Issue 30 item 7: an agent started by a sentinel for connections that prove
  * nothing (garbage; a HELLO claiming to be its parent, without the key) does
  * not join: it connects to nobody (neither its parent nor its child, whose
@@ -486,24 +529,8 @@ START_TEST(wake_forged_refused)
      * (node 0) and poke its child (node 3), all on 127.0.0.1 */
     spy = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &spy_port);
     ck_assert_int_ge(spy, 0);
-    pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        struct sh_ctl_cfg cfg = {
-            .nnodes = 4, .index = 1, .fanout = 2, .names = names, .addrs = addrs,
-            .bind_addr = "127.0.0.1", .port_base = base, .port_range = 48,
-            .port_probe = 48, .jobid = job, .kjob = kjob, .hs_timeout_ns = SH_NS_PER_S,
-            .inherit_listener = true, .listen_fd = lfd, .wait_wake = true,
-        };
-        struct sh_ctl *ctl = NULL;
-        int rc;
-
-        alarm(20);
-        close(spy);
-        rc = sh_ctl_join(&cfg, sh_now_ns() + 3 * SH_NS_PER_S, &ctl);
-        _exit(rc == -1 && errno == ENOTCONN && ctl == NULL ? 0 : 1);
-    }
-    close(lfd);
+    /* the forged HELLO's refusal is logged */
+    pid = fork_waiting_agent(job, base, kjob, lfd, spy, 1);
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     sa.sin_port = htons(port);
     /* garbage: closed by the agent */
@@ -531,6 +558,137 @@ START_TEST(wake_forged_refused)
     ck_assert_int_eq(poll(&pfd, 1, 3500), 0);
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
+    close(spy);
+}
+END_TEST
+
+/* Relay one handshake between the client's stream @c and a server with K_job
+ * run here on @srv (node 1 of job @job), recording what the client sent into
+ * @rec (at most @cap bytes); returns the bytes recorded once the server has
+ * accepted the client, or -1. */
+static ssize_t record_wakeup(int c, int srv_here, int srv_there, uint64_t job,
+                             const unsigned char kjob[SH_KEY_LEN], unsigned char *rec,
+                             size_t cap)
+{
+    struct sh_hs_ident me = { job, 0, 1, false };
+    struct sh_hs_srv hs;
+    struct sh_chan chan;
+    int64_t deadline = sh_now_ns() + 5 * SH_NS_PER_S;
+    size_t have = 0;
+    int done = 0;
+
+    sh_hs_srv_begin(&hs, srv_there, "recorder", deadline);
+    while (sh_now_ns() < deadline) {
+        struct pollfd p[2] = { { .fd = c, .events = POLLIN },
+                               { .fd = srv_here, .events = POLLIN } };
+        unsigned char buf[512];
+        ssize_t n;
+
+        if (poll(p, 2, 100) < 0)
+            return -1;
+        if (p[0].revents & POLLIN) { /* client -> server, recorded */
+            n = read(c, buf, sizeof(buf));
+            if (n <= 0 || have + (size_t)n > cap)
+                return done ? (ssize_t)have : -1;
+            memcpy(rec + have, buf, (size_t)n);
+            have += (size_t)n;
+            if (write(srv_here, buf, (size_t)n) != n)
+                return -1;
+            if (!done) {
+                int rc = sh_hs_srv_step(&hs, kjob, &me, NULL, NULL, &chan);
+
+                if (rc < 0)
+                    return -1;
+                if (rc == 1) {
+                    sh_chan_close(&chan);
+                    done = 1;
+                }
+            }
+        }
+        if (p[1].revents & POLLIN) { /* server -> client */
+            n = read(srv_here, buf, sizeof(buf));
+            if (n > 0 && write(c, buf, (size_t)n) != n)
+                return -1;
+        }
+        if (done && !(p[0].revents & POLLIN) && !(p[1].revents & POLLIN))
+            return (ssize_t)have;
+    }
+    return -1;
+}
+
+/* Issue 35 item 5: a replayed wake-up is refused and logged. The bytes of a
+ * real wake-up (node 0's handshake with K_job, as node 1's parent, recorded
+ * on its way to another server of the job) are sent again to the agent a
+ * sentinel started on node 1: its challenge has a fresh nonce, so the
+ * recorded proof does not match; it does not join (nothing reaches its
+ * parent's or child's port), ends with ENOTCONN at its deadline and has
+ * logged the refusal. */
+START_TEST(wake_replayed_refused)
+{
+    unsigned char kjob[SH_KEY_LEN], rec[1024], buf[256];
+    uint64_t job = (uint64_t)getpid() * 100 + 15;
+    uint16_t base = test_port(15), port = 0, spy_port = 0;
+    struct sh_hs_ident parent = { job, 0, 0, false };
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    struct pollfd pfd;
+    struct sh_chan chan;
+    int status = 0, lfd, spy, fd, cs[2], ss[2];
+    ssize_t len, got;
+    pid_t pid, client;
+
+    memset(kjob, 0x77, sizeof(kjob));
+    /* a real wake-up, recorded */
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, cs), 0);
+    ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, ss), 0);
+    client = fork();
+    ck_assert_int_ge(client, 0);
+    if (client == 0) {
+        alarm(10);
+        close(cs[1]);
+        _exit(sh_hs_client(cs[0], kjob, &parent, 1, "recorder",
+                           sh_now_ns() + 5 * SH_NS_PER_S, &chan) == 0 ? 0 : 1);
+    }
+    close(cs[0]);
+    len = record_wakeup(cs[1], ss[0], ss[1], job, kjob, rec, sizeof(rec));
+    ck_assert_int_eq(waitpid(client, &status, 0), client);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the real wake-up failed");
+    ck_assert_int_gt(len, 0);
+    close(cs[1]);
+    close(ss[0]);
+
+    lfd = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &port);
+    ck_assert_int_ge(lfd, 0);
+    spy = sh_ctl_bind("127.0.0.1", job, 0, base, 48, 48, 16, &spy_port);
+    ck_assert_int_ge(spy, 0);
+    pid = fork_waiting_agent(job, base, kjob, lfd, spy, 2);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(port);
+    /* replayed twice, all at once and after the challenge: the agent answers
+     * with a challenge, then closes without a welcome */
+    for (int k = 0; k < 2; k++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(write(fd, rec, (size_t)len), len);
+        pfd = (struct pollfd){ .fd = fd, .events = POLLIN };
+        got = 0;
+        for (;;) {
+            ssize_t n;
+
+            ck_assert_int_eq(poll(&pfd, 1, 3000), 1);
+            n = read(fd, buf, sizeof(buf));
+            if (n <= 0)
+                break;
+            got += n;
+        }
+        /* its challenge (HELLO's 64 bytes and its proof) and nothing more */
+        ck_assert_int_eq(got, 64 + SH_KEY_LEN);
+        close(fd);
+    }
+    pfd = (struct pollfd){ .fd = spy, .events = POLLIN };
+    ck_assert_int_eq(poll(&pfd, 1, 3500), 0);
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "status 0x%x (exit 2: the refusals were not logged)", status);
     close(spy);
 }
 END_TEST
@@ -585,6 +743,7 @@ int main(void)
     tcase_add_test(tc, adopt_listener_checked);
     tcase_add_test(tc, wake_parent_accepted);
     tcase_add_test(tc, wake_forged_refused);
+    tcase_add_test(tc, wake_replayed_refused);
     tcase_add_test(tc, tree_sentinels_port_taken);
     suite_add_tcase(s, tc);
     sh_check_private_net();

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 35 item 6: a cause for every failure. In the middle of a copy (a
+# quarter of the image written on the last node), one of the three processes
+# that stage on that node is killed (SIGKILL): its engine, its agent, or its
+# staging process (stagehand-stage, the job prolog's process that started
+# the agent and records the node's outcome). Each time the job fails
+# promptly (within 45 s, not at the staging deadline), its batch script does
+# not run, and its error output is a stagehand line naming the node (for the
+# engine also what ended); the node's slurmd log has a line naming the node
+# and what ended (the engine, the agent, the staging process); no partial
+# DST, no temp file, no process or runtime state of the job is left, no node
+# is drained. Then the same job stages on every node. Cases F06, F21.
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+[ "$k" -ge 2 ] || skip "needs 2 nodes"
+victim=${MINICLUSTER_NODES##* }
+fault_test_files fcause fault-cause
+size=$((2048 * 1048576))
+make_slow_source "$src" 2048 || fail "cannot create $src"
+want=$(md5sum "$src" | cut -d' ' -f1)
+
+# kill_one WHAT: stage, kill WHAT (engine, agent, stage) on $victim at a
+# quarter of the image, check the outcome.
+kill_one() {
+    local what=$1 id pid agent stager target off st t0 left n got cause
+    rm -f "$out"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+    off=$(log_offset "$victim")
+    id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
+             --wrap 'echo script-ran') || fail "$what: sbatch: $id"
+    pid=$(wait_engine_pid "$victim" "$tok")
+    [ -n "$pid" ] || fail "$what: job $id: no engine on $victim: $(cat "$out" 2>/dev/null)"
+    # up from the engine: the agent's PMIx host (an agent process), the
+    # agent, the staging process
+    agent="" stager=$pid
+    while [ -n "$stager" ] && [ "$stager" -gt 1 ]; do
+        case "$(on_node "$victim" cat "/proc/$stager/comm" 2>/dev/null)" in
+            stagehand-stage) break ;;
+            stagehand-agent) agent=$stager ;;
+        esac
+        stager=$(on_node "$victim" ps -o ppid= -p "$stager" | tr -d ' ')
+    done
+    [ -n "$agent" ] || fail "$what: job $id: no agent above the engine $pid on $victim"
+    [ "$(on_node "$victim" cat "/proc/$stager/comm" 2>/dev/null)" = stagehand-stage ] ||
+        fail "$what: job $id: no staging process above the agent $agent on $victim"
+    case $what in
+        engine) target=$pid cause="engine killed by signal 9" ;;
+        agent) target=$agent cause="agent killed by signal 9" ;;
+        stage) target=$stager cause="its staging process (stagehand-stage) ended without an outcome" ;;
+    esac
+    # wait for a quarter of the image in the engine's writes, then kill
+    { wait_io "$victim" "$pid" wchar $((size / 4)) && on_node "$victim" kill -9 "$target"; } ||
+        fail "$what: job $id: could not kill $target at a quarter of the image"
+    t0=$SECONDS
+    st=$(wait_job_end "$id" 45)
+    [ "$st" = FAILED ] || fail "$what: job $id ended $st within 45 s of the kill: $(cat "$out" 2>/dev/null)"
+    echo "$what killed on $victim: job $id FAILED after $((SECONDS - t0)) s"
+    ! grep -q script-ran "$out" || fail "$what: job $id: the batch script ran without its image"
+    grep -q "^stagehand: --stage-image failed: .*$victim" "$out" ||
+        fail "$what: job $id: the error output does not name $victim: $(cat "$out")"
+    if [ "$what" = engine ]; then
+        grep -q "^stagehand: --stage-image failed: .*$victim: $cause" "$out" ||
+            fail "$what: job $id: the error output does not say '$victim: $cause': $(cat "$out")"
+    fi
+    echo "  job's error output: $(grep '^stagehand:' "$out" | head -1)"
+    # the victim's slurmd log names the node and what ended (the epilog's
+    # line for the staging process comes at the job's end)
+    for _ in $(seq 1 100); do
+        log_since "$victim" "$off" | grep -q "job $id user $MINICLUSTER_USER: staging failed on $victim: .*$cause\|job $id: staging failed on $victim: $cause" && break
+        sleep 0.2
+    done
+    got=$(log_since "$victim" "$off" | grep "job $id.*staging failed on $victim" | head -1)
+    grep -q "$cause" <<<"$got" ||
+        fail "$what: job $id: $victim's slurmd log does not say '$cause': $(log_since "$victim" "$off" | grep "job $id" | head -5)"
+    echo "  $victim's slurmd log: ${got#*] }"
+    for name in stagehand-stage stagehand-agent stagehand-bcast; do
+        left=$(procs_left named_pids "$name" 30)
+        [ -z "$left" ] || fail "$what: job $id: $name still runs 30 s after the kill: $left"
+    done
+    assert_stopped_staging_clean "$id" "$want" "the $what's kill"
+    for n in $MINICLUSTER_NODES; do
+        got=$(node_md5 "$n" "$dst")
+        [ -z "$got" ] || [ "$got" = "$want" ] || fail "$what: $n: partial DST"
+    done
+    echo "ok: $what killed on $victim: job $id failed with its cause named, nothing left, no drain"
+}
+
+for what in engine agent stage; do kill_one "$what"; done
+
+rm -f "$out"
+stage_job_ends COMPLETED 180 "$src:$dst"
+grep -q script-ran "$out" || fail "the next job's script did not run: $(cat "$out")"
+assert_staged_everywhere "$src" "$dst"
+assert_no_drain
+echo "ok: the next job stages on every node"
