@@ -97,7 +97,7 @@ START_TEST(every_key)
         "allowed_registries=Reg.Example:5000,localhost",
         "default_registry=reg.example:5000",
         "resolver=/usr/bin/skopeo,inspect,--format,{{.Digest}},docker://%r",
-        "importer=/usr/bin/enroot,import,--output,%o,docker://%R#%p@%d",
+        "importer=/usr/bin/enroot,import,--output,%o,docker://%R#%p:%t",
     };
     struct sh_config cfg;
     char err[512] = "", dir[PATH_MAX];
