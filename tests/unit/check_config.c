@@ -132,7 +132,7 @@ START_TEST(every_key)
     ck_assert_str_eq(cfg.allowed_registries, "reg.example:5000,localhost");
     ck_assert_str_eq(cfg.default_registry, "reg.example:5000");
     ck_assert_str_eq(cfg.resolver, "/usr/bin/skopeo,inspect,--format,{{.Digest}},docker://%r");
-    ck_assert_str_eq(cfg.importer, "/usr/bin/enroot,import,--output,%o,docker://%R#%p@%d");
+    ck_assert_str_eq(cfg.importer, "/usr/bin/enroot,import,--output,%o,docker://%R#%p:%t");
     ck_assert_int_eq(sh_config_check_registry(&cfg, "REG.example:5000", err, sizeof(err)), 0);
     ck_assert_int_eq(sh_config_check_registry(&cfg, "reg.example", err, sizeof(err)), -1);
     ck_assert_int_eq(errno, EACCES);
