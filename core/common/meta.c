@@ -125,7 +125,8 @@ int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m)
     }
     m->version = (uint32_t)version;
     if (next_field(&c, "src", field, sizeof(field)) != 0 ||
-        (flen = strlen(field)) >= sizeof(m->src.path) || field[0] != '/')
+        (flen = strlen(field)) >= sizeof(m->src.path) ||
+        (field[0] != '/' && !sh_ref_is_image(field)))
         goto bad;
     memcpy(m->src.path, field, flen + 1);
     if (next_field(&c, "src_size", field, sizeof(field)) != 0 ||
