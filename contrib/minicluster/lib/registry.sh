@@ -37,7 +37,9 @@ storage:
 http:
   addr: $(registry_addr)
 CONF
-    ns_run st /usr/bin/docker-registry serve "$STATE/registry/config.yml" \
+    # nsenter itself (no shell function in between) so that the recorded
+    # PID is the registry's: nsenter execs it.
+    nsenter --net="/run/netns/$NAME-st" -- /usr/bin/docker-registry serve "$STATE/registry/config.yml" \
         </dev/null >>"$STATE/log/registry.log" 2>&1 &
     record_pid registry $!
     wait_for "registry" 15 registry_up || daemon_failed registry "$STATE/log/registry.log"
@@ -70,7 +72,10 @@ cmd_registry() {
     load_state
     case "${1:-}" in
         start) registry_start ;;
-        stop) stop_pid registry; log "registry: stopped" ;;
+        stop)
+            stop_pid registry
+            ! registry_up || die "registry: still answering at $(registry_addr)"
+            log "registry: stopped" ;;
         push) shift; registry_push "$@" ;;
         addr) registry_addr ;;
         *) die "registry: expected start, stop, push REPO:TAG [SIZE_KIB] or addr" ;;
