@@ -65,7 +65,7 @@ trap cleanup EXIT
 # test can wait for (timeout= replaces the cluster's own).
 plugstack_save
 sed -i 's/ timeout=[^ ]*//' "$plugstack"
-plugstack_add "timeout=40s allowed_registries=$reg" \
+plugstack_add "timeout=30s allowed_registries=$reg" \
     "resolver=$STAGEHAND_PREFIX/libexec/stagehand-import,--insecure,digest,%r" \
     "importer=$work/importer.sh,%r,%o"
 
@@ -158,7 +158,8 @@ fail_case() {
     echo "ok: $name: $(grep -m1 -F "docker://" "$out" | cut -c1-240)"
 }
 
-fail_case "unknown image" "$reg/$repo:no-such-tag" /nvme/t-reg/u.sqsh "cannot resolve the image's digest"
+fail_case "unknown image" "$reg/$repo:no-such-tag" /nvme/t-reg/u.sqsh "cannot resolve the image's digest: the resolver failed (exit 1): Error parsing image name"
+grep -q "manifest unknown" "$out" || fail "unknown image: the registry's reason is missing: $(cat "$out")"
 [ "$(wc -l <"$work/runs")" -eq 2 ] || fail "the importer ran for an unknown image"
 
 # A registry the site does not allow is refused at submit: no job.
@@ -171,6 +172,7 @@ echo "ok: registry not allowed: refused at submit"
 
 "$MINICLUSTER" registry stop >/dev/null 2>&1
 fail_case "registry down" "$reg/$repo:v1" /nvme/t-reg/down.sqsh "cannot resolve the image's digest"
+grep -q "connection refused" "$out" || fail "registry down: the reason is missing: $(cat "$out")"
 "$MINICLUSTER" registry start >/dev/null 2>&1 || fail "registry start"
 
 echo fail >"$work/mode"
@@ -181,6 +183,6 @@ echo sleep >"$work/mode"
 fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did not finish within the staging deadline"
 [ "$(wc -l <"$work/runs")" -eq 4 ] || fail "importer runs: $(cat "$work/runs")"
 for n in $MINICLUSTER_NODES; do
-    [ -z "$(on_node "$n" pgrep -f "$work/importer.sh" || true)" ] || fail "$n: the importer still runs"
+    [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
 done
 echo "PASS"
