@@ -347,11 +347,19 @@ int sh_ref_file_name(const struct sh_ref *ref, char *out, size_t outlen)
         errno = ENAMETOOLONG;
         return -1;
     }
-    for (const char *p = ref->repo; *p != '\0'; p++)
-        out[o++] = *p == '/' ? '+' : *p;
+    for (const char *p = ref->repo; *p != '\0'; p++) {
+        out[o] = *p;
+        if (*p == '/')
+            out[o] = '+';
+        o++;
+    }
     out[o++] = '+';
-    for (const char *p = last; *p != '\0'; p++)
-        out[o++] = *p == ':' ? '-' : *p;
+    for (const char *p = last; *p != '\0'; p++) {
+        out[o] = *p;
+        if (*p == ':')
+            out[o] = '-';
+        o++;
+    }
     memcpy(out + o, ".sqsh", sizeof(".sqsh"));
     return 0;
 }

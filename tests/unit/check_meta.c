@@ -220,14 +220,14 @@ START_TEST(image_identity)
     int n;
 
     sample(&rec);
-    strcpy(rec.src.path, pinned);
+    snprintf(rec.src.path, sizeof(rec.src.path), "%s", pinned);
     n = sh_meta_encode(&rec, buf, sizeof(buf));
     ck_assert_int_gt(n, 0);
     ck_assert_int_eq(sh_meta_decode(buf, (size_t)n, &back), 0);
     ck_assert_str_eq(back.src.path, pinned);
     /* what the leader sends: the pinned reference, no size or times */
     memset(&src, 0, sizeof(src));
-    strcpy(src.path, pinned);
+    snprintf(src.path, sizeof(src.path), "%s", pinned);
     src.mode = 0644;
     dst_stat(&st, &rec);
     ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec, NULL, &why), 1);
@@ -238,12 +238,12 @@ START_TEST(image_identity)
     ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec, NULL, &why), 0);
     ck_assert_str_eq(why, "destination holds another image or digest");
     /* DST changed after it was published */
-    strcpy(src.path, pinned);
+    snprintf(src.path, sizeof(src.path), "%s", pinned);
     st.st_size++;
     ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec, NULL, &why), 0);
     ck_assert_str_eq(why, "destination modified after it was staged");
     /* a relative or scheme-less source is still refused in a record */
-    memcpy(buf + strlen("stagehand-meta 1\nsrc "), "xocker", 6);
+    buf[strlen("stagehand-meta 1\nsrc ")] = 'x';
     ck_assert_int_eq(sh_meta_decode(buf, (size_t)n, &back), -1);
 }
 END_TEST
