@@ -41,6 +41,15 @@ static const char *show_part(const char *s, size_t len, char *out, size_t outlen
     return sh_spec_display(raw, out, outlen);
 }
 
+/* Store the checked @len bytes at @s as a string in @out (room checked by
+ * the caller). */
+static int keep(char *out, const char *s, size_t len)
+{
+    memcpy(out, s, len);
+    out[len] = '\0';
+    return 0;
+}
+
 static int inval(void)
 {
     errno = EINVAL;
@@ -164,9 +173,7 @@ static int check_repo(const char *s, size_t len, struct sh_ref *ref, char *err, 
         }
         start = i + 1;
     }
-    memcpy(ref->repo, s, len);
-    ref->repo[len] = '\0';
-    return 0;
+    return keep(ref->repo, s, len);
 }
 
 static int check_tag(const char *s, size_t len, struct sh_ref *ref, char *err, size_t errlen)
@@ -184,9 +191,7 @@ static int check_tag(const char *s, size_t len, struct sh_ref *ref, char *err, s
                 show_part(s, len, show, sizeof(show)));
         return inval();
     }
-    memcpy(ref->tag, s, len);
-    ref->tag[len] = '\0';
-    return 0;
+    return keep(ref->tag, s, len);
 }
 
 static int check_digest(const char *s, size_t len, struct sh_ref *ref, char *err, size_t errlen)
@@ -208,9 +213,7 @@ static int check_digest(const char *s, size_t len, struct sh_ref *ref, char *err
                 show_part(s, len, show, sizeof(show)));
         return inval();
     }
-    memcpy(ref->digest, s, len);
-    ref->digest[len] = '\0';
-    return 0;
+    return keep(ref->digest, s, len);
 }
 
 int sh_ref_parse(const char *text, size_t len, const char *default_registry,

@@ -87,11 +87,7 @@ stage() {
 
 # Nothing partial on any node: no DST @1, no import directory, no temp file.
 assert_nothing_left() {
-    local n left
-    for n in $MINICLUSTER_NODES; do
-        left=$(on_node "$n" sh -c "ls -a /nvme/t-reg 2>/dev/null | grep -E '^(\.?$(basename "$1")|.*\.import\..*|.*\.stage\..*\.tmp)$' || true")
-        [ -z "$left" ] || fail "$n: left in /nvme/t-reg: $left"
-    done
+    assert_no_entries /nvme/t-reg "^(\\.?$(basename "$1")|.*\\.import\\..*|.*\\.stage\\..*\\.tmp)\$" "partial staging files"
 }
 
 # ---- one import, broadcast, read by the job's srun ----
