@@ -57,12 +57,14 @@ registry_push() { # REPO:TAG [SIZE_KIB]
     mkdir -p "$tmp/root/etc" "$tmp/root/data"
     printf 'image %s pushed %s\n' "$ref" "$(date +%s%N)" >"$tmp/root/etc/stagehand-test"
     head -c "$((kib * 1024))" /dev/urandom >"$tmp/root/data/blob"
-    umoci init --layout "$tmp/oci" &&
+    if ! { umoci init --layout "$tmp/oci" &&
         umoci new --image "$tmp/oci:img" &&
         umoci insert --image "$tmp/oci:img" "$tmp/root/etc" /etc &&
         umoci insert --image "$tmp/oci:img" "$tmp/root/data" /data &&
-        skopeo copy -q --dest-tls-verify=false "oci:$tmp/oci:img" "docker://$(registry_addr)/$ref" >&2 ||
-        { rm -rf "$tmp"; die "registry push: building or pushing $ref failed"; }
+        skopeo copy -q --dest-tls-verify=false "oci:$tmp/oci:img" "docker://$(registry_addr)/$ref" >&2; }; then
+        rm -rf "$tmp"
+        die "registry push: building or pushing $ref failed"
+    fi
     rm -rf "$tmp"
     digest=$(skopeo inspect --raw --tls-verify=false "docker://$(registry_addr)/$ref" | sha256sum | cut -d' ' -f1)
     echo "sha256:$digest"
