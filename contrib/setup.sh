@@ -51,7 +51,8 @@ packages=(meson ninja-build pkg-config gcc libc6-dev
     libslurm-dev slurm-wlm slurmctld slurmd slurm-client munge
     libopenmpi-dev openmpi-bin libpmix-dev libssl-dev libxxhash-dev libjson-c-dev check
     iproute2 util-linux procps attr openssh-server openssh-client sshfs fuse3
-    squashfs-tools squashfuse cppcheck clang-tidy shellcheck mmdebstrap python3 python3-fusepy)
+    squashfs-tools squashfuse cppcheck clang-tidy shellcheck mmdebstrap python3 python3-fusepy
+    skopeo umoci docker-registry)
 missing=()
 [ "$stack" = bookworm ] || packages=()
 for p in "${packages[@]}"; do

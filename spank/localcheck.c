@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "stagehand/ref.h"
 #include "staging.h"
 #include "stagehand/clock.h"
 #include "stagehand/local.h"
@@ -85,6 +86,10 @@ static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
         const char *fsname;
         int n;
 
+        /* A registry image: only node 0 may ask the registry which digest
+         * its tag names now (issue 36), so the agents decide. */
+        if (sh_ref_is_image(src))
+            child_fail(fd, "%s: a registry image, resolved by the job's node 0", dst);
         sh_nearest_dir(dst, dir, sizeof(dir));
         if (statfs(dir, &fs) != 0)
             child_fail(fd, "%s: statfs %s: %s", dst, dir, strerror(errno));

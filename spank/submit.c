@@ -21,6 +21,7 @@
 #include <slurm/spank.h>
 
 #include "internal.h"
+#include "stagehand/ref.h"
 
 /* sbatch and salloc copy their job-control environment into the job's
  * environment with a "SLURM_SPANK_" prefix (Slurm 22.05 _set_spank_env()).
@@ -78,6 +79,7 @@ static bool in_job_spec(const char *value, const char *default_dir)
     job = sh_spec_set_deserialize(text, err, sizeof(err));
     mine = sh_spec_set_new();
     if (job != NULL && mine != NULL &&
+        sh_spec_set_default_registry(mine, sh_plugin.config.default_registry) == 0 &&
         sh_spec_add_value(mine, value, default_dir, err, sizeof(err)) == 0) {
         all = true;
         for (size_t i = 0; i < sh_spec_set_count(mine); i++)
@@ -156,7 +158,9 @@ int sh_submit_option(const char *value)
     }
     if (sh_plugin.specs == NULL) {
         sh_plugin.specs = sh_spec_set_new();
-        if (sh_plugin.specs == NULL) {
+        if (sh_plugin.specs == NULL ||
+            sh_spec_set_default_registry(sh_plugin.specs,
+                                         sh_plugin.config.default_registry) != 0) {
             user_error(value, "out of memory");
             return -1;
         }
@@ -314,8 +318,19 @@ int sh_submit_post_opt(spank_t sp)
             user_error(value, "%s", err);
             failed = 1;
         }
-        if (cfg->submit_check && check_source(value, src) != 0)
+        if (sh_ref_is_image(src)) {
+            /* A registry image: the site must allow its registry; the
+             * registry itself is asked only by the job's node 0. */
+            struct sh_ref ref;
+
+            if (sh_ref_parse_canonical(src, &ref, err, sizeof(err)) != 0 ||
+                sh_config_check_registry(cfg, ref.registry, err, sizeof(err)) != 0) {
+                user_error(value, "%s", err);
+                failed = 1;
+            }
+        } else if (cfg->submit_check && check_source(value, src) != 0) {
             failed = 1;
+        }
     }
     if (failed)
         return -1;

@@ -257,8 +257,9 @@ struct engine_cmd {
     char segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16], dirmode[16];
     char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64];
     char env_tmp[PATH_MAX + 8], env_src[PATH_MAX + 32], env_dst[PATH_MAX + 32];
+    char env_srcname[PATH_MAX + 32];
     const char *argv[32];
-    const char *envp[7 + MAX_MPI_ENV + SH_CONFIG_PML_ENV_MAX + 1];
+    const char *envp[8 + MAX_MPI_ENV + SH_CONFIG_PML_ENV_MAX + 1];
 };
 
 static void engine_argv(const struct agent *a, uint32_t npart, struct engine_cmd *e)
@@ -317,7 +318,7 @@ static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
     snprintf(e->env_step, sizeof(e->env_step), "SLURM_STEP_ID=%zu", img);
     snprintf(e->env_tmp, sizeof(e->env_tmp), "TMPDIR=%s", a->rundir);
     snprintf(e->env_src, sizeof(e->env_src), "%s=%s", SH_BCAST_SOURCE_ENV,
-             sh_spec_set_src(a->specs, img));
+             a->engine_src[0] != '\0' ? a->engine_src : sh_spec_set_src(a->specs, img));
     snprintf(e->env_dst, sizeof(e->env_dst), "%s=%s", SH_BCAST_DEST_ENV,
              sh_spec_set_dst(a->specs, img));
     e->envp[ne++] = e->env_src;
@@ -327,6 +328,11 @@ static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
     e->envp[ne++] = e->env_nodelist;
     e->envp[ne++] = e->env_step;
     e->envp[ne++] = e->env_tmp;
+    if (a->engine_src_name[0] != '\0') {
+        snprintf(e->env_srcname, sizeof(e->env_srcname), "%s=%s", SH_BCAST_SOURCE_NAME_ENV,
+                 a->engine_src_name);
+        e->envp[ne++] = e->env_srcname;
+    }
     for (int i = 0; i < a->n_mpi_env; i++)
         e->envp[ne++] = a->mpi_env[i];
     for (size_t i = 0; i < SH_CONFIG_PML_ENV_MAX && pml_env[i] != NULL; i++)

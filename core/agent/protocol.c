@@ -21,6 +21,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 
+#include "import.h"
 #include "outcome.h"
 #include "staging.h"
 #include "stagehand/bcast.h"
@@ -50,6 +51,11 @@ struct image_run {
     bool have_rep;
     char buf[SH_STATUS_LINE_MAX];   /* this node's message of the step */
     int len;
+    bool image;                 /* a registry image (docker://, import.c) */
+    struct sh_ref ref;          /* ... pinned to its digest after step 1 */
+    char workdir[PATH_MAX];     /* leader: the private import directory */
+    char imgfile[PATH_MAX];     /* leader: the imported image in it */
+    bool imported;              /* leader: @workdir holds an import */
 };
 
 static void marker_drop(const struct agent *a, struct image_run *r)
@@ -77,6 +83,43 @@ static bool in_index_list(const char *list, uint32_t index)
     return false;
 }
 
+/* A registry image's identity from the leader's source record @e: the
+ * pinned reference after its newline, into @r->id.path and @r->ref. */
+static int pinned_from(const struct sh_ctl_entry *e, struct image_run *r, char *err,
+                       size_t errlen)
+{
+    const unsigned char *nl = memchr(e->data, '\n', e->len);
+    size_t n = nl != NULL ? e->len - (size_t)(nl + 1 - e->data) : 0;
+
+    if (nl == NULL || n == 0 || n >= sizeof(r->id.path)) {
+        snprintf(err, errlen, "malformed source record from the leader");
+        return -1;
+    }
+    memcpy(r->id.path, nl + 1, n);
+    r->id.path[n] = '\0';
+    return sh_ref_parse_canonical(r->id.path, &r->ref, err, errlen);
+}
+
+/* Leader, a registry image that some node needs: import it once, into the
+ * private directory beside its own DST (import.c). On failure the plan
+ * becomes "fail <reference>: <reason>" in @r->buf. Returns 0 or -1. */
+static int plan_import(struct agent *a, struct image_run *r)
+{
+    char err[SH_IMPORT_ERR_MAX];
+
+    sh_import_paths(r->mdir, sh_image_home(&r->ref, r->dst), a->in.jobid, a->in.stepid,
+                    r->workdir, sizeof(r->workdir), r->imgfile, sizeof(r->imgfile));
+    if (sh_import_run(&a->cfg, a->in.user, &r->ref, r->workdir, r->imgfile, a->deadline, err,
+                      sizeof(err)) != 0) {
+        r->len = snprintf(r->buf, sizeof(r->buf), "fail %s", err);
+        if (r->len >= (int)sizeof(r->buf))
+            r->len = (int)sizeof(r->buf) - 1;
+        return -1;
+    }
+    r->imported = true;
+    return 0;
+}
+
 /* 1. every node leaves its marker in DST's directory (F02) while the
  * leader checks SRC as the user; one allgather then gives everyone SRC's
  * identity (the leader's entry) and proves every marker exists. One
@@ -91,7 +134,22 @@ static int step_source(struct agent *a, struct image_run *r)
 
     sh_nearest_dir(r->dst, r->mdir, sizeof(r->mdir));
     r->made = marker_create(a, r->img, r->mdir) == 0;
-    if (a->index == 0) {
+    if (a->index == 0 && r->image) {
+        /* A registry image: its identity is the reference pinned to the
+         * manifest digest the resolver names; only node 0 asks. */
+        int ok = sh_import_resolve(&a->cfg, a->in.user, r->src, a->deadline, &r->ref, err,
+                                   sizeof(err)) == 0;
+
+        memset(&r->id, 0, sizeof(r->id));
+        r->id.mode = 0644;
+        r->id.gid = (uint32_t)-1;
+        if (ok)
+            sh_ref_format(&r->ref, r->id.path, sizeof(r->id.path));
+        r->len = sh_src_encode(r->buf, sizeof(r->buf), ok, &r->id, err);
+        if (ok && (size_t)r->len + strlen(r->id.path) + 2 < sizeof(r->buf))
+            r->len += snprintf(r->buf + r->len, sizeof(r->buf) - (size_t)r->len, "\n%s",
+                               r->id.path);
+    } else if (a->index == 0) {
         int ok = sh_src_probe(r->src, &r->id, err, sizeof(err)) == 0;
         r->len = sh_src_encode(r->buf, sizeof(r->buf), ok, &r->id, err);
     } else {
@@ -112,6 +170,8 @@ static int step_source(struct agent *a, struct image_run *r)
     } else {
         bad = sh_src_decode(first.entry[0].data, first.entry[0].len, r->src, &r->id, err,
                             sizeof(err)) != 0;
+        if (!bad && r->image)
+            bad = pinned_from(&first.entry[0], r, err, sizeof(err)) != 0;
     }
     sh_ctl_result_free(&first);
     if (bad) {
@@ -281,6 +341,10 @@ static char *step_vote_plan(struct agent *a, struct image_run *r)
                                       : "");
             else
                 plan_participants(&votes, r, &planbuf);
+            if (planbuf != NULL && r->image && plan_import(a, r) != 0) {
+                free(planbuf);
+                planbuf = NULL;
+            }
         }
         sh_ctl_result_free(&votes);
     } else {
@@ -353,8 +417,15 @@ static int step_engine(struct agent *a, struct image_run *r)
     bool outcome = false;
     int rc = 0;
 
+    if (r->image) {
+        /* node 0 reads its import; every node records the pinned reference */
+        snprintf(a->engine_src, sizeof(a->engine_src), "%s",
+                 r->imported ? r->imgfile : r->dst);
+        snprintf(a->engine_src_name, sizeof(a->engine_src_name), "%s", r->id.path);
+    }
     if (r->mypos != UINT32_MAX)
         rc = run_engine(a, r->img, r->part, r->npart, r->mypos, &outcome, err, sizeof(err));
+    a->engine_src[0] = a->engine_src_name[0] = '\0';
     /* rank 0 writes the report, so only node 0 (part[0]) has it */
     if (a->index == 0 && r->mypos != UINT32_MAX)
         r->have_rep = engine_report_load(a, r->img, r->npart, &r->rep) == 0;
@@ -539,6 +610,7 @@ void stage_image_run(struct agent *a, size_t img)
     r.dst = sh_spec_set_dst(a->specs, img);
     r.mypos = UINT32_MAX;
     r.t0 = sh_now_ns();
+    r.image = sh_ref_is_image(r.src);
     if (step_source(a, &r) != 0)
         return;
     plan = step_vote_plan(a, &r);
@@ -546,10 +618,10 @@ void stage_image_run(struct agent *a, size_t img)
         return;
     rc = plan_apply(a, &r, plan);
     free(plan);
-    if (rc != 0)
-        return;
-    if (step_engine(a, &r) == 0)
+    if (rc == 0 && step_engine(a, &r) == 0)
         step_outcome(a, &r);
+    if (r.imported && sh_import_remove(r.workdir) != 0)
+        sh_warn("import", "cannot remove %s: %s", r.workdir, strerror(errno));
     free(r.part);
     if (r.have_rep)
         sh_engine_report_free(&r.rep);

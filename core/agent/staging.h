@@ -11,7 +11,9 @@
  *   launch.c    the engine's launch under the embedded PMIx server, and
  *               its environment (with the site's mpi_env file)
  *   outcome.c   the engine's outcome: its --json report, read with json-c
- *               (engine_report.h), as messages and node faults */
+ *               (engine_report.h), as messages and node faults
+ *   import.c    registry images on node 0: the digest, the site's importer
+ *               (import.h) */
 #ifndef STAGEHAND_AGENT_STAGING_H
 #define STAGEHAND_AGENT_STAGING_H
 
@@ -93,6 +95,12 @@ struct agent {
                               * start-up crash) or a local step failed with
                               * a node-fault errno: on_node_fault applies */
     char message[SH_STATUS_LINE_MAX];
+    /* The image being staged is a registry image (protocol.c, import.c):
+     * the engine reads @engine_src (node 0's import) instead of the spec's
+     * SRC, and every node records @engine_src_name (the reference pinned
+     * to its digest) as the source's identity. Empty otherwise. */
+    char engine_src[PATH_MAX];
+    char engine_src_name[PATH_MAX];
 };
 
 /* stage.c */

@@ -9,6 +9,7 @@
 
 #include "stagehand/ctlport.h"
 #include "stagehand/log.h"
+#include "stagehand/ref.h"
 #include "stagehand/size.h"
 #include "stagehand/spec.h"
 
@@ -43,6 +44,8 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->verbose = false;
     cfg->allow_shared_dst = false;
     cfg->dest_dir_mode = SH_DEFAULT_DIR_MODE;
+    snprintf(cfg->resolver, sizeof(cfg->resolver), "%s,digest,%%r", SH_IMPORT_PATH);
+    snprintf(cfg->importer, sizeof(cfg->importer), "%s,import,%%r,%%o", SH_IMPORT_PATH);
 }
 
 /* ---- value parsers: each gets the key and value for its messages ------ */
@@ -210,6 +213,49 @@ static int set_allowed_dest(struct sh_config *cfg, const struct arg *a)
     return 0;
 }
 
+static int set_registries(struct sh_config *cfg, const struct arg *a)
+{
+    char one[SH_CONFIG_LIST_MAX], canon[256], why[SHOW_MAX];
+    size_t o = 0;
+
+    if (strlen(a->val) >= sizeof(cfg->allowed_registries))
+        return bad(a, ERANGE, "longer than %d bytes", SH_CONFIG_LIST_MAX - 1);
+    for (const char *p = a->val;;) {
+        size_t len = strcspn(p, ",");
+
+        if (len == 0)
+            return bad(a, EINVAL, "empty registry in the list (a stray ',')");
+        memcpy(one, p, len);
+        one[len] = '\0';
+        if (strcmp(one, "*") == 0)
+            snprintf(canon, sizeof(canon), "*");
+        else if (sh_ref_registry_check(one, canon, sizeof(canon), why, sizeof(why)) != 0)
+            return bad(a, EINVAL, "%s", why);
+        o += (size_t)snprintf(cfg->allowed_registries + o, sizeof(cfg->allowed_registries) - o,
+                              "%s%s", o > 0 ? "," : "", canon);
+        p += len;
+        if (*p == '\0')
+            break;
+        p++;
+    }
+    return 0;
+}
+
+static int set_command(const struct arg *a, char *out, size_t outlen, const char *letters,
+                       bool need_out)
+{
+    char why[SHOW_MAX];
+
+    if (strlen(a->val) >= outlen)
+        return bad(a, ERANGE, "longer than %zu bytes", outlen - 1);
+    if (sh_ref_command_check(a->val, letters, why, sizeof(why)) != 0)
+        return bad(a, EINVAL, "%s", why);
+    if (need_out && strstr(a->val, "%o") == NULL)
+        return bad(a, EINVAL, "no %%o: the importer must be told where to write the image");
+    memcpy(out, a->val, strlen(a->val) + 1);
+    return 0;
+}
+
 /* default_dest: absolute, only %u and %% as escapes; the expansion is
  * checked against allowed_dest once all keys are read. */
 static int set_default_dest(struct sh_config *cfg, const struct arg *a)
@@ -340,6 +386,20 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
             return -1;
         cfg->pml = (enum sh_pml)w;
         return 0;
+    case 23:
+        return set_registries(cfg, a);
+    case 24: {
+        char why[SHOW_MAX];
+
+        if (sh_ref_registry_check(a->val, cfg->default_registry,
+                                  sizeof(cfg->default_registry), why, sizeof(why)) != 0)
+            return bad(a, EINVAL, "%s", why);
+        return 0;
+    }
+    case 25:
+        return set_command(a, cfg->resolver, sizeof(cfg->resolver), "rRptd", false);
+    case 26:
+        return set_command(a, cfg->importer, sizeof(cfg->importer), "rRptdo", true);
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -351,7 +411,8 @@ static const char *const keys[] = {
     "port_base", "port_range", "fanout", "segment_size", "pipeline_depth",
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
     "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
-    "dest_dir_mode", "pml",
+    "dest_dir_mode", "pml", "allowed_registries", "default_registry", "resolver",
+    "importer",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -582,6 +643,24 @@ int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
            "destination '%s' is not under a directory this cluster allows "
            "for staging (%s)%s", sh_spec_display(dst, show, sizeof(show)),
            roots, why);
+    errno = EACCES;
+    return -1;
+}
+
+int sh_config_check_registry(const struct sh_config *cfg, const char *registry,
+                             char *err, size_t errlen)
+{
+    char show[SHOW_MAX];
+
+    if (sh_ref_registry_listed(cfg->allowed_registries, registry))
+        return 0;
+    if (cfg->allowed_registries[0] == '\0')
+        sh_errf(err, errlen, "registry '%s' is not allowed: this cluster allows no "
+                "registry images (the site's allowed_registries= is not set)",
+                sh_spec_display(registry, show, sizeof(show)));
+    else
+        sh_errf(err, errlen, "registry '%s' is not allowed on this cluster (allowed: %s)",
+                sh_spec_display(registry, show, sizeof(show)), cfg->allowed_registries);
     errno = EACCES;
     return -1;
 }

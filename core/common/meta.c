@@ -2,6 +2,7 @@
  * code: the plugin, the agent and the engine. */
 #include "config.h"
 #include "stagehand/meta.h"
+#include "stagehand/ref.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -124,7 +125,8 @@ int sh_meta_decode(const char *buf, size_t len, struct sh_meta *m)
     }
     m->version = (uint32_t)version;
     if (next_field(&c, "src", field, sizeof(field)) != 0 ||
-        (flen = strlen(field)) >= sizeof(m->src.path) || field[0] != '/')
+        (flen = strlen(field)) >= sizeof(m->src.path) ||
+        (field[0] != '/' && !sh_ref_is_image(field)))
         goto bad;
     memcpy(m->src.path, field, flen + 1);
     if (next_field(&c, "src_size", field, sizeof(field)) != 0 ||
@@ -262,6 +264,8 @@ int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
                        const struct sh_meta *rec, const uint8_t *dst_digest,
                        const char **why)
 {
+    bool image = sh_ref_is_image(src->path);
+
     if (check == SH_CHECK_NEVER) {
         *why = "check=never";
         return 0;
@@ -278,6 +282,11 @@ int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
         *why = "destination owned by another user";
         return 0;
     }
+    /* A registry image's identity is its pinned reference: neither its size
+     * nor times are known before an import, so the record decides (and
+     * check=size acts as meta). */
+    if (image)
+        goto record;
     if ((uint64_t)dst->st_size != src->size) {
         *why = "destination size differs from source";    /* case F07 */
         return 0;
@@ -286,16 +295,18 @@ int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
         *why = "same size (check=size)";
         return 1;
     }
+record:
     if (rec == NULL) {
         *why = "no stagehand metadata on destination";
         return 0;
     }
     if (strcmp(rec->src.path, src->path) != 0) {
-        *why = "destination was staged from another source path";
+        *why = image ? "destination holds another image or digest"
+                     : "destination was staged from another source path";
         return 0;
     }
-    if (rec->src.size != src->size || !ts_eq(rec->src.mtime, src->mtime) ||
-        !ts_eq(rec->src.ctime, src->ctime)) {
+    if (!image && (rec->src.size != src->size || !ts_eq(rec->src.mtime, src->mtime) ||
+                   !ts_eq(rec->src.ctime, src->ctime))) {
         *why = "source changed since the destination was staged";
         return 0;
     }
@@ -322,19 +333,22 @@ int sh_meta_dst_current(int dirfd, const char *name, int fd, const struct stat *
 {
     uint8_t digest[SH_HASH_MAX_LEN];
     const uint8_t *dig = NULL;
+    /* a registry image's size is the record's (sh_meta_is_current) */
+    bool image = sh_ref_is_image(c->src->path);
+    uint64_t size;
     mode_t want;
     int rc;
 
     memset(&c->rec, 0, sizeof(c->rec));
     c->have_rec = c->sidecar = c->tightened = 0;
     c->why = "";
-    if (fd >= 0 && st != NULL && S_ISREG(st->st_mode) && c->check != SH_CHECK_SIZE &&
+    if (fd >= 0 && st != NULL && S_ISREG(st->st_mode) && (c->check != SH_CHECK_SIZE || image) &&
         c->check != SH_CHECK_NEVER &&
         sh_meta_load(dirfd, name, fd, &c->rec, &c->sidecar) == 0)
         c->have_rec = 1;
+    size = image ? c->rec.dst_size : c->src->size;
     if (c->have_rec && c->check == SH_CHECK_CONTENT && c->digest != NULL &&
-        (uint64_t)st->st_size == c->src->size &&
-        c->digest(fd, c->src->size, c->rec.algo, digest) > 0)
+        (uint64_t)st->st_size == size && c->digest(fd, size, c->rec.algo, digest) > 0)
         dig = digest;
     if (!sh_meta_is_current(c->check, c->src, st, c->uid, c->have_rec ? &c->rec : NULL, dig,
                             &c->why))

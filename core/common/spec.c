@@ -2,6 +2,7 @@
 #include "config.h"
 #include "stagehand/spec.h"
 #include "stagehand/log.h"
+#include "stagehand/ref.h"
 #include "spec_internal.h"
 
 #include <errno.h>
@@ -47,6 +48,18 @@ void sh_spec_set_free(struct sh_spec_set *set)
 }
 
 size_t sh_spec_set_count(const struct sh_spec_set *set) { return set->n; }
+
+int sh_spec_set_default_registry(struct sh_spec_set *set, const char *registry)
+{
+    size_t len = registry != NULL ? strlen(registry) : 0;
+
+    if (len >= sizeof(set->default_registry)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(set->default_registry, len > 0 ? registry : "", len + 1);
+    return 0;
+}
 
 const char *sh_spec_set_src(const struct sh_spec_set *set, size_t i)
 {
@@ -223,6 +236,26 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
 
     ri->src_len = ri->dst_len = 0;
     ri->has_dst = false;
+    if (sh_ref_is_image(p)) {
+        /* A reference has no escapes and no ',': it ends at ',', at the
+         * end, or at the ":/" that starts an absolute DST (ref.h). */
+        size_t len = strcspn(p, ",");
+        const char *dst = strstr(p + SH_REF_SCHEME_LEN, ":/");
+
+        if (dst != NULL && dst < p + len)
+            len = (size_t)(dst - p);
+        if (len >= sizeof(ri->src)) {
+            sh_errf(err, errlen, "the image reference is too long");
+            goto inval;
+        }
+        memcpy(ri->src, p, len);
+        ri->src_len = len;
+        p += len;
+        if (*p == ':') {
+            ri->has_dst = true;
+            p++;
+        }
+    }
     for (; *p != '\0' && *p != ','; p++) {
         char c = *p;
         char *buf, what[32];
@@ -298,15 +331,84 @@ static const char *base_name(const char *norm)
     return slash != NULL ? slash + 1 : norm;
 }
 
+/* The DST of an image: @ri's DST, or @name in @default_dir (or in @ri's DST
+ * when that ends in '/'), normalised into @dst. */
+static int image_dst(const struct raw_image *ri, const char *name, const char *default_dir,
+                     char *dst, size_t dstlen, char *err, size_t errlen)
+{
+    char joined[PATH_MAX], show[SHOW_MAX], hint[SHOW_MAX], why[SHOW_MAX + 200];
+    const char *dir;
+
+    if (!ri->has_dst || ends_as_dir(ri->dst, ri->dst_len)) {
+        dir = ri->has_dst ? ri->dst : default_dir;
+        if (dir == NULL) {
+            sh_errf(err, errlen, "no destination given and no default "
+                   "destination is configured");
+            errno = EINVAL;
+            return -1;
+        }
+        if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", dir, name) >= sizeof(joined)) {
+            sh_errf(err, errlen, "destination '%s/%s' is too long (%d bytes "
+                   "or more; PATH_MAX)",
+                   sh_spec_display(dir, show, sizeof(show)),
+                   sh_spec_display(name, hint, sizeof(hint)),
+                   PATH_MAX);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+    } else {
+        memcpy(joined, ri->dst, ri->dst_len + 1);
+    }
+    if (sh_spec_path_normalize(joined, dst, dstlen, why, sizeof(why)) != 0) {
+        sh_errf(err, errlen, "destination %s", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* A docker:// image: its reference in canonical form, DST an absolute path
+ * (default: the reference's file name in the default directory). */
+static int resolve_ref(const struct sh_spec_set *set, struct sh_spec_set *pending,
+                       const struct raw_image *ri, const char *default_dir,
+                       const char *origin, char *err, size_t errlen)
+{
+    char src[SH_REF_TEXT_MAX], dst[PATH_MAX], name[NAME_MAX + 1], show[SHOW_MAX];
+    struct sh_ref ref;
+
+    if (sh_ref_parse(ri->src + SH_REF_SCHEME_LEN, ri->src_len - SH_REF_SCHEME_LEN,
+                     set->default_registry, &ref, err, errlen) != 0)
+        return -1;
+    if (ri->has_dst && ri->dst_len == 0) {
+        sh_errf(err, errlen, "empty destination after ':' (leave it out to use the default "
+               "destination)");
+        errno = EINVAL;
+        return -1;
+    }
+    if (ri->has_dst && ri->dst[0] != '/') {
+        sh_errf(err, errlen, "destination '%s' is not an absolute path",
+               sh_spec_display(ri->dst, show, sizeof(show)));
+        errno = EINVAL;
+        return -1;
+    }
+    if (sh_ref_format(&ref, src, sizeof(src)) != 0 ||
+        sh_ref_file_name(&ref, name, sizeof(name)) != 0) {
+        sh_errf(err, errlen, "the image reference is too long for a file name");
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    if (image_dst(ri, name, default_dir, dst, sizeof(dst), err, errlen) != 0)
+        return -1;
+    return spec_add_pair(set, pending, src, dst, origin, err, errlen);
+}
+
 /* Turn one raw image into normalised (src, dst) and add it to @pending. */
 static int resolve_image(const struct sh_spec_set *set,
                          struct sh_spec_set *pending, struct raw_image *ri,
                          size_t index, const char *default_dir,
                          const char *origin, char *err, size_t errlen)
 {
-    char src[PATH_MAX], dst[PATH_MAX], joined[PATH_MAX];
+    char src[PATH_MAX], dst[PATH_MAX];
     char show[SHOW_MAX], hint[SHOW_MAX], why[SHOW_MAX + 200];
-    const char *dir;
 
     if (ri->src_len == 0 && !ri->has_dst) {
         sh_errf(err, errlen, "empty image (a stray ','?)");
@@ -323,6 +425,8 @@ static int resolve_image(const struct sh_spec_set *set,
                "'\\:')");
         goto inval;
     }
+    if (sh_ref_is_image(ri->src))
+        return resolve_ref(set, pending, ri, default_dir, origin, err, errlen);
     if (ri->src[0] != '/') {
         sh_spec_display(ri->src, show, sizeof(show));
         if (index > 0)
@@ -364,31 +468,8 @@ static int resolve_image(const struct sh_spec_set *set,
         sh_errf(err, errlen, "source '/' must name a file");
         goto inval;
     }
-    if (!ri->has_dst || ends_as_dir(ri->dst, ri->dst_len)) {
-        dir = ri->has_dst ? ri->dst : default_dir;
-        if (dir == NULL) {
-            sh_errf(err, errlen, "no destination given and no default "
-                   "destination is configured");
-            goto inval;
-        }
-        if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", dir,
-                             base_name(src)) >= sizeof(joined)) {
-            sh_errf(err, errlen, "destination '%s/%s' is too long (%d bytes "
-                   "or more; PATH_MAX)",
-                   sh_spec_display(dir, show, sizeof(show)),
-                   sh_spec_display(base_name(src), hint, sizeof(hint)),
-                   PATH_MAX);
-            errno = ENAMETOOLONG;
-            return -1;
-        }
-    } else {
-        memcpy(joined, ri->dst, ri->dst_len + 1);
-    }
-    if (sh_spec_path_normalize(joined, dst, sizeof(dst), why,
-                               sizeof(why)) != 0) {
-        sh_errf(err, errlen, "destination %s", why);
+    if (image_dst(ri, base_name(src), default_dir, dst, sizeof(dst), err, errlen) != 0)
         return -1;
-    }
     return spec_add_pair(set, pending, src, dst, origin, err, errlen);
 
 inval:
@@ -399,7 +480,7 @@ inval:
 int sh_spec_add_value(struct sh_spec_set *set, const char *value,
                       const char *default_dir, char *err, size_t errlen)
 {
-    struct sh_spec_set pending = { NULL, 0, 0 };
+    struct sh_spec_set pending = { .img = NULL };
     struct raw_image *ri = NULL;
     const char *p = value;
     size_t index = 0;

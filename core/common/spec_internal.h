@@ -19,6 +19,7 @@ struct sh_spec_set {
     struct sh_spec_image *img;
     size_t n;
     size_t cap;
+    char default_registry[256]; /* for references that name none, or "" */
 };
 
 /* Room for one path in a message (longer ones end in "..."). */

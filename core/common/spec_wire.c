@@ -2,6 +2,7 @@
 #include "config.h"
 #include "stagehand/spec.h"
 #include "stagehand/log.h"
+#include "stagehand/ref.h"
 #include "spec_internal.h"
 
 #include <errno.h>
@@ -208,8 +209,15 @@ struct sh_spec_set *sh_spec_set_deserialize(const char *text, char *err,
             errno = EINVAL;
             goto fail;
         }
-        if (wire_path_ok("source", src, err, errlen) != 0 ||
-            wire_path_ok("destination", dst, err, errlen) != 0)
+        if (sh_ref_is_image(src)) {
+            struct sh_ref ref;
+
+            if (sh_ref_parse_canonical(src, &ref, err, errlen) != 0)
+                goto fail;
+        } else if (wire_path_ok("source", src, err, errlen) != 0) {
+            goto fail;
+        }
+        if (wire_path_ok("destination", dst, err, errlen) != 0)
             goto fail;
         if (spec_add_pair(set, pending, src, dst, NULL, err, errlen) != 0 ||
             spec_set_merge(set, pending, err, errlen) != 0)

@@ -1,6 +1,7 @@
 /* stagehand-bcast: its command line (opts.h). */
 #include "config.h"
 #include "opts.h"
+#include "stagehand/ref.h"
 
 #include <getopt.h>
 #include <stdarg.h>
@@ -155,6 +156,16 @@ static enum sh_opts_result complete(struct sh_bcast_opts *o, char *err, size_t e
         copy_path(o->dest, env) != 0)
         return fail(err, errlen, "%s=%s: must be an absolute path (shorter than %d "
                     "bytes, no newline)", SH_BCAST_DEST_ENV, env, PATH_MAX);
+    if ((env = getenv(SH_BCAST_SOURCE_NAME_ENV)) != NULL) {
+        struct sh_ref ref;
+        char why[256];
+
+        if (sh_ref_parse_canonical(env, &ref, why, sizeof(why)) != 0 || ref.digest[0] == '\0' ||
+            strlen(env) >= sizeof(o->source_name))
+            return fail(err, errlen, "%s=%s: must be a docker:// reference pinned to its "
+                        "digest", SH_BCAST_SOURCE_NAME_ENV, env);
+        memcpy(o->source_name, env, strlen(env) + 1);
+    }
     if (o->source[0] == '\0')
         return fail(err, errlen, "--source is required");
     if (o->dest[0] == '\0')

@@ -25,6 +25,8 @@ enum sh_verify { SH_VERIFY_TRANSFER = 0, SH_VERIFY_READBACK = 1 };
 struct sh_bcast_opts {
     char source[PATH_MAX];          /* absolute */
     char dest[PATH_MAX];            /* absolute */
+    char source_name[PATH_MAX];     /* identity recorded for SRC, or "" (its
+                                     * path): SH_BCAST_SOURCE_NAME_ENV */
     enum sh_check check;
     enum sh_verify verify;
     enum sh_hash_algo hash;

@@ -210,7 +210,8 @@ static int phase_metadata(struct run *r)
     r->o.check = (enum sh_check)md[MD_CHECK];
     r->o.algorithm = (enum sh_algorithm)md[MD_ALGORITHM];
     r->o.verify = (enum sh_verify)md[MD_VERIFY];
-    sh_msgf(r->src.path, sizeof(r->src.path), "%s", r->o.source);
+    sh_msgf(r->src.path, sizeof(r->src.path), "%s",
+            r->o.source_name[0] != '\0' ? r->o.source_name : r->o.source);
     r->src.size = md[MD_SIZE];
     r->src.mtime.sec = (int64_t)md[MD_MTIME_S];
     r->src.mtime.nsec = (uint32_t)md[MD_MTIME_NS];

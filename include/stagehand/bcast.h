@@ -14,6 +14,11 @@
  * the node (proc(5)), and the paths may be private (issue 30). */
 #define SH_BCAST_SOURCE_ENV "STAGEHAND_BCAST_SOURCE"
 #define SH_BCAST_DEST_ENV   "STAGEHAND_BCAST_DEST"
+/* The identity recorded for SRC in each copy's metadata instead of its
+ * path: a registry image's reference pinned to its manifest digest
+ * ("docker://REGISTRY/REPO@sha256:..."), while SRC is node 0's import of it
+ * (issue 36). Only from the environment; unset for a file. */
+#define SH_BCAST_SOURCE_NAME_ENV "STAGEHAND_BCAST_SOURCE_NAME"
 
 /* Exit codes (stagehand-bcast --help). A node's own failure also carries
  * the code it maps to (SH_BCAST_KEY_EXIT_CLASS). */

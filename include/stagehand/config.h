@@ -56,6 +56,15 @@
  * dest_dir_mode   mode of the directories of DST's path that   0700
  *                 stagehand creates for the user (minus the
  *                 job's umask), octal, 0700..0777 (issue 30)
+ * allowed_registries ','-separated registries (host[:port]) (none: no
+ *                 docker:// image may be staged; "*" allows
+ *                 every registry) users may stage from (issue 36)
+ * default_registry registry of docker:// references that      (none)
+ *                 name none (host[:port])
+ * resolver        command printing a reference's manifest      stagehand-import,
+ *                 digest (ref.h: ','-joined arguments, %r)     digest,%r
+ * importer        command writing a reference's Squashfs       stagehand-import,
+ *                 image to %o (ref.h placeholders)             import,%r,%o
  *
  * Booleans accept exactly "yes" and "no".
  */
@@ -71,6 +80,7 @@
 
 #define SH_CONFIG_MAX_ROOTS 16
 #define SH_CONFIG_ROOT_MAX 256
+#define SH_CONFIG_LIST_MAX 1024 /* allowed_registries, resolver, importer */
 
 enum sh_node_fault { SH_FAULT_FAIL = 0, SH_FAULT_DRAIN };
 
@@ -104,6 +114,10 @@ struct sh_config {
     bool verbose;
     bool allow_shared_dst;
     unsigned dest_dir_mode;      /* permission bits, 07xx */
+    char allowed_registries[SH_CONFIG_LIST_MAX]; /* ','-separated, or "" */
+    char default_registry[256];  /* "" = none */
+    char resolver[SH_CONFIG_LIST_MAX];
+    char importer[SH_CONFIG_LIST_MAX];
 };
 
 /* Fill @cfg with the defaults of the table above (allowed_dest empty,
@@ -143,6 +157,12 @@ const char *sh_config_allowed_root(const struct sh_config *cfg,
  * /dev/shm, why those are unsafe: case F23). */
 int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
                          char *err, size_t errlen);
+
+/* Site policy for a docker:// image from @registry: 0 if allowed_registries
+ * lists it, else -1 with errno = EACCES and a message naming the allowed
+ * registries in @err. */
+int sh_config_check_registry(const struct sh_config *cfg, const char *registry,
+                             char *err, size_t errlen);
 
 /* Static names for log lines: "meta", "xxh3", "fail", ... */
 const char *sh_config_fault_name(enum sh_node_fault fault);

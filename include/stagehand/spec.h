@@ -5,6 +5,7 @@
  *
  *   value  := image { "," image }
  *   image  := path [ ":" path ]            SRC[:DST]
+ *           | "docker://" reference [ ":" path ]   a registry image, ref.h
  *   path   := { byte | "\\" | "\:" | "\," }
  *
  * - An unescaped "," separates images, an unescaped ":" separates SRC from
@@ -94,9 +95,16 @@ struct sh_spec_set *sh_spec_set_new(void);
 /* Free @set and everything it owns; NULL is a no-op. errno is preserved. */
 void sh_spec_set_free(struct sh_spec_set *set);
 
+/* The registry for docker:// references that name none (the site's
+ * default_registry=, "host[:port]"), or NULL/"" for none: such references
+ * are then refused. Set it before sh_spec_add_value(). Returns 0, or -1 with
+ * errno = ENAMETOOLONG. */
+int sh_spec_set_default_registry(struct sh_spec_set *set, const char *registry);
+
 /* Number of images in @set. */
 size_t sh_spec_set_count(const struct sh_spec_set *set);
-/* Normalised absolute SRC / DST of image @i (< count). The strings are owned
+/* Normalised absolute SRC / DST of image @i (< count); a registry image's
+ * SRC is its canonical "docker://REGISTRY/REPO:TAG" or "...@DIGEST" (ref.h). The strings are owned
  * by @set and live until it is freed. */
 const char *sh_spec_set_src(const struct sh_spec_set *set, size_t i);
 const char *sh_spec_set_dst(const struct sh_spec_set *set, size_t i);

@@ -110,13 +110,19 @@ assert_staged_everywhere() {
     done
 }
 
-# Assert that no temp file of a staging is left next to @1 on any node.
-assert_no_temp_files() {
+# Assert that no entry of directory @1 matches the extended regex @2 on any
+# node (@3: what they are, for the message).
+assert_no_entries() {
     local n left
     for n in $MINICLUSTER_NODES; do
-        left=$(on_node "$n" sh -c "ls -a '$(dirname "$1")' 2>/dev/null | grep -E '\.stage\..*\.tmp$' || true")
-        [ -z "$left" ] || fail "$n: temp files left: $left"
+        left=$(on_node "$n" sh -c "ls -a '$1' 2>/dev/null | grep -E '$2' || true")
+        [ -z "$left" ] || fail "$n: ${3:-entries} left in $1: $left"
     done
+}
+
+# Assert that no temp file of a staging is left next to @1 on any node.
+assert_no_temp_files() {
+    assert_no_entries "$(dirname "$1")" '\.stage\..*\.tmp$' "temp files"
 }
 
 # The slurmd log of node @1 from byte offset @2 on (see log_offset).

@@ -219,7 +219,7 @@ step_check() {
         fi
     done
     text=$(LC_ALL=C.UTF-8 MANWIDTH=200 man -l /usr/share/man/man8/stagehand.8.gz 2>/dev/null)
-    for f in "$plugin" "$agent" "$engine" "$pmixmod"; do
+    for f in "$plugin" "$agent" "$engine" "$pmixmod" "${agent%/*}/stagehand-import"; do
         check "stagehand(8) names $f" grep -qF "$f" <<<"$text"
     done
     check "stagehand(8) has no unfilled @...@" test -z "$(grep -E '@[A-Z]+@' <<<"$text" || true)"
@@ -233,10 +233,11 @@ step_check() {
     full=$(grep -E "^#required $plugin .*allow_shared_dst=" "$conf" || true)
     local keys=(allowed_dest default_dest key_file agent engine port_base port_range fanout
         segment_size pipeline_depth timeout check hash mpi_env on_node_fault
-        submit_check verbose allow_shared_dst stall_timeout join_timeout read_ahead dest_dir_mode pml)
+        submit_check verbose allow_shared_dst stall_timeout join_timeout read_ahead dest_dir_mode pml
+        allowed_registries default_registry resolver importer)
     for k in "${keys[@]}"; do
         grep -qF "\"$k\"" "$top/core/common/config.c" || bad "key $k is not in core/common/config.c any more"
-        if grep -qE "^# $k " "$conf" && { [ "$k" = mpi_env ] || grep -qE "(^| )$k=" <<<"$full"; }; then
+        if grep -qE "^# $k " "$conf" && { case $k in mpi_env | allowed_registries | default_registry) true ;; *) false ;; esac || grep -qE "(^| )$k=" <<<"$full"; }; then
             ok "$conf documents $k"
         else
             bad "$conf does not document $k"

@@ -94,6 +94,10 @@ START_TEST(every_key)
         "allow_shared_dst=yes",
         "dest_dir_mode=0755",
         "pml=ucx",
+        "allowed_registries=Reg.Example:5000,localhost",
+        "default_registry=reg.example:5000",
+        "resolver=/usr/bin/skopeo,inspect,--format,{{.Digest}},docker://%r",
+        "importer=/usr/bin/enroot,import,--output,%o,docker://%R#%p:%t",
     };
     struct sh_config cfg;
     char err[512] = "", dir[PATH_MAX];
@@ -125,6 +129,15 @@ START_TEST(every_key)
     ck_assert(cfg.verbose);
     ck_assert(cfg.allow_shared_dst);
     ck_assert_int_eq(cfg.pml, SH_PML_UCX);
+    ck_assert_str_eq(cfg.allowed_registries, "reg.example:5000,localhost");
+    ck_assert_str_eq(cfg.default_registry, "reg.example:5000");
+    ck_assert_str_eq(cfg.resolver, "/usr/bin/skopeo,inspect,--format,{{.Digest}},docker://%r");
+    ck_assert_str_eq(cfg.importer, "/usr/bin/enroot,import,--output,%o,docker://%R#%p:%t");
+    ck_assert_int_eq(sh_config_check_registry(&cfg, "REG.example:5000", err, sizeof(err)), 0);
+    ck_assert_int_eq(sh_config_check_registry(&cfg, "reg.example", err, sizeof(err)), -1);
+    ck_assert_int_eq(errno, EACCES);
+    ck_assert_msg(strstr(err, "registry 'reg.example' is not allowed on this cluster "
+                              "(allowed: reg.example:5000,localhost)") != NULL, "%s", err);
     ck_assert_int_eq(sh_config_default_dir(&cfg, "alice", dir, sizeof(dir)),
                      0);
     ck_assert_str_eq(dir, "/scratch/local/alice/img%");
@@ -177,6 +190,16 @@ static const struct bad_case bad[] = {
     { "segment_size=1025M", NULL, ERANGE, "segment_size=1025M" },
     { "segment_size=0", NULL, ERANGE, "segment_size=0" },
     { "segment_size=-1", NULL, EINVAL, "segment_size=-1: expected a size" },
+    { "allowed_registries=a.b,,c", NULL, EINVAL, "allowed_registries=a.b,,c: empty registry" },
+    { "allowed_registries=a_b", NULL, EINVAL, "registry 'a_b' is not a host name" },
+    { "allowed_registries=a.b:0", NULL, EINVAL, "registry 'a.b:0' has a bad port" },
+    { "default_registry=a b", NULL, EINVAL, "default_registry=a b: registry 'a b'" },
+    { "importer=enroot,import,%o", NULL, EINVAL, "must start with an absolute path" },
+    { "importer=/bin/imp,%r", NULL, EINVAL, "importer=/bin/imp,%r: no %o" },
+    { "importer=/bin/imp,%x,%o", NULL, EINVAL, "unknown placeholder '%x'" },
+    { "importer=/bin/imp,,%o", NULL, EINVAL, "empty argument" },
+    { "resolver=/bin/res,%o", NULL, EINVAL, "resolver=/bin/res,%o: unknown placeholder '%o'" },
+    { "resolver=/bin/res,", NULL, EINVAL, "empty argument" },
     { "segment_size=8X", NULL, EINVAL, "segment_size=8X" },
     { "segment_size=99999999999999999999", NULL, ERANGE, "segment_size=" },
     { "pipeline_depth=0", NULL, ERANGE, "pipeline_depth=0: must be between" },
@@ -304,6 +327,26 @@ START_TEST(rejects)
                   c->arg ? c->arg : first, errno, c->err, err);
     ck_assert_msg(strstr(err, c->msg) != NULL, "'%s' lacks '%s'", err,
                   c->msg);
+}
+END_TEST
+
+/* Without allowed_registries= no registry image is allowed; the default
+ * resolver and importer are the shipped script. */
+START_TEST(registry_defaults)
+{
+    struct sh_config cfg;
+    char err[512] = "";
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", NULL, NULL), 0);
+    ck_assert_str_eq(cfg.allowed_registries, "");
+    ck_assert_str_eq(cfg.default_registry, "");
+    ck_assert_str_eq(cfg.importer, SH_IMPORT_PATH ",import,%r,%o");
+    ck_assert_str_eq(cfg.resolver, SH_IMPORT_PATH ",digest,%r");
+    ck_assert_int_eq(sh_config_check_registry(&cfg, "reg.example", err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "allows no registry images") != NULL, "%s", err);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "allowed_registries=*",
+                           NULL), 0);
+    ck_assert_int_eq(sh_config_check_registry(&cfg, "any.where:1", err, sizeof(err)), 0);
 }
 END_TEST
 
@@ -484,6 +527,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, phase_names);
     tcase_add_loop_test(tc, rejects, 0, (int)(sizeof(bad) / sizeof(bad[0])));
     tcase_add_test(tc, sizes_with_units);
+    tcase_add_test(tc, registry_defaults);
     tcase_add_test(tc, dest_policy);
     tcase_add_test(tc, default_dir);
     tcase_add_test(tc, read_ahead_and_depth);

@@ -205,6 +205,49 @@ START_TEST(is_current_matrix)
 }
 END_TEST
 
+/* A registry image (issue 36): the record's source is the reference pinned
+ * to its manifest digest; a copy is current when the digest is the same and
+ * DST is as published, whatever the (unknown) source size and times. */
+START_TEST(image_identity)
+{
+    static const char pinned[] = "docker://reg.x:5000/team/app@sha256:"
+                                 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    struct sh_meta rec, back;
+    struct sh_src_id src;
+    struct stat st;
+    char buf[SH_META_MAX_LEN];
+    const char *why;
+    int n;
+
+    sample(&rec);
+    snprintf(rec.src.path, sizeof(rec.src.path), "%s", pinned);
+    n = sh_meta_encode(&rec, buf, sizeof(buf));
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(sh_meta_decode(buf, (size_t)n, &back), 0);
+    ck_assert_str_eq(back.src.path, pinned);
+    /* what the leader sends: the pinned reference, no size or times */
+    memset(&src, 0, sizeof(src));
+    snprintf(src.path, sizeof(src.path), "%s", pinned);
+    src.mode = 0644;
+    dst_stat(&st, &rec);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec, NULL, &why), 1);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_SIZE, &src, &st, 1001, &rec, NULL, &why), 1);
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_SIZE, &src, &st, 1001, NULL, NULL, &why), 0);
+    /* the tag now names another digest */
+    src.path[strlen(src.path) - 1] = 'e';
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec, NULL, &why), 0);
+    ck_assert_str_eq(why, "destination holds another image or digest");
+    /* DST changed after it was published */
+    snprintf(src.path, sizeof(src.path), "%s", pinned);
+    st.st_size++;
+    ck_assert_int_eq(sh_meta_is_current(SH_CHECK_META, &src, &st, 1001, &rec, NULL, &why), 0);
+    ck_assert_str_eq(why, "destination modified after it was staged");
+    /* a relative or scheme-less source is still refused in a record */
+    buf[strlen("stagehand-meta 1\nsrc ")] = 'x';
+    ck_assert_int_eq(sh_meta_decode(buf, (size_t)n, &back), -1);
+}
+END_TEST
+
 START_TEST(check_names)
 {
     enum sh_check c;
@@ -387,6 +430,7 @@ int main(void)
     tcase_add_test(tc, decode_rejects);
     tcase_add_test(tc, is_current_matrix);
     tcase_add_test(tc, check_names);
+    tcase_add_test(tc, image_identity);
     suite_add_tcase(s, tc);
     tcase_add_checked_fixture(tf, setup, teardown);
     tcase_add_test(tf, store_load_xattr_and_sidecar);

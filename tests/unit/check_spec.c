@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stagehand/ref.h"
 #include "stagehand/spec.h"
 
 #include "check_main.h"
@@ -70,9 +71,66 @@ static const struct value_case corpus[] = {
     /* dots that are not "." or ".." components are names */
     { "/d/..hidden/...:/nvme/.x", 0, NULL, 1,
       { "/d/..hidden/..." }, { "/nvme/.x" } },
+    /* ---- registry images (issue 36; ref.h) ---- */
+    { "docker://reg.example:5000/team/app:1.2", 0, NULL, 1,
+      { "docker://reg.example:5000/team/app:1.2" }, { DEFDIR "/team+app+1.2.sqsh" } },
+    /* no tag: latest; registry host in lower case */
+    { "docker://Reg.Example/app", 0, NULL, 1,
+      { "docker://reg.example/app:latest" }, { DEFDIR "/app+latest.sqsh" } },
+    /* pyxis's REGISTRY#REPO form is the same image */
+    { "docker://reg.example#team/app:1.2", 0, NULL, 1,
+      { "docker://reg.example/team/app:1.2" }, { DEFDIR "/team+app+1.2.sqsh" } },
+    { "docker://localhost/app:v1", 0, NULL, 1,
+      { "docker://localhost/app:v1" }, { DEFDIR "/app+v1.sqsh" } },
+    /* a tag, then DST after ":/" */
+    { "docker://reg.example:5000/app:1.2:/nvme/app.sqsh", 0, NULL, 1,
+      { "docker://reg.example:5000/app:1.2" }, { "/nvme/app.sqsh" } },
+    /* no tag, DST: the ":/" is DST, not a tag */
+    { "docker://reg.example/app:/nvme/x/", 0, NULL, 1,
+      { "docker://reg.example/app:latest" }, { "/nvme/x/app+latest.sqsh" } },
+    { "docker://reg.example/app@sha256:"
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef:/nvme/d", 0, NULL, 1,
+      { "docker://reg.example/app@sha256:"
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" }, { "/nvme/d" } },
+    /* with file images in one value; DST escapes still apply */
+    { "/a.sqsh,docker://reg.example/a.b/c_d/e--f:t_1.x-y:/nvme/y\\:z", 0, NULL, 2,
+      { "/a.sqsh", "docker://reg.example/a.b/c_d/e--f:t_1.x-y" },
+      { DEFDIR "/a.sqsh", "/nvme/y:z" } },
 
     /* ---- rejected ---- */
     { "", EINVAL, "empty value", 0, { NULL }, { NULL } },
+    /* registry images: the bad part is named */
+    { "docker://app:1.0", EINVAL, "names no registry", 0, { NULL }, { NULL } },
+    { "docker://reg.example/App:1", EINVAL, "component 'App' is not lower case", 0,
+      { NULL }, { NULL } },
+    { "docker://reg.example/a..b", EINVAL, "component 'a..b' is not valid", 0, { NULL },
+      { NULL } },
+    { "docker://reg.example//a", EINVAL, "component '' is not valid", 0, { NULL }, { NULL } },
+    { "docker://reg.example/", EINVAL, "no repository", 0, { NULL }, { NULL } },
+    { "docker://reg.example/app:", EINVAL, "tag '' is not valid", 0, { NULL }, { NULL } },
+    { "docker://reg.example/app:1.0:nvme/x", EINVAL, "tag '1.0:nvme/x' is not valid", 0,
+      { NULL }, { NULL } },
+    { "docker://reg.example/app:.hidden", EINVAL, "tag '.hidden'", 0, { NULL }, { NULL } },
+    { "docker://reg.example/app@sha256:abc", EINVAL, "digest 'sha256:abc'", 0, { NULL },
+      { NULL } },
+    { "docker://reg.example/app@md5:0123456789abcdef0123456789abcdef", EINVAL,
+      "digest 'md5:", 0, { NULL }, { NULL } },
+    { "docker://reg.example/app:1@sha256:"
+      "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", EINVAL,
+      "both a tag and a digest", 0, { NULL }, { NULL } },
+    { "docker://reg.example:99999/app", EINVAL, "registry 'reg.example:99999' has a bad port",
+      0, { NULL }, { NULL } },
+    { "docker://reg_x#app", EINVAL, "registry 'reg_x' is not a host name", 0, { NULL },
+      { NULL } },
+    { "docker://#app", EINVAL, "empty registry host", 0, { NULL }, { NULL } },
+    { "docker://r.x#a#b", EINVAL, "more than one '#'", 0, { NULL }, { NULL } },
+    { "docker://r.x/a b", EINVAL, "contains ' '", 0, { NULL }, { NULL } },
+    { "docker://r.x/a\\b", EINVAL, "contains '\\'", 0, { NULL }, { NULL } },
+    { "docker://r.x/a:/nvme/x:/y", EINVAL, "more than one unescaped ':'", 0, { NULL },
+      { NULL } },
+    { "docker://r.x/a:", EINVAL, "tag '' is not valid", 0, { NULL }, { NULL } },
+    { "docker://r.x/a:/nvme/x,docker://r.x/b:/nvme/x", EINVAL,
+      "specified multiple times with different sources", 0, { NULL }, { NULL } },
     /* case F28: relative paths */
     { "img.sqsh", EINVAL, "not an absolute path", 0, { NULL }, { NULL } },
     { "./img.sqsh:/nvme/x", EINVAL, "not an absolute path", 0, { NULL },
@@ -413,6 +471,80 @@ START_TEST(default_dst_too_long)
 }
 END_TEST
 
+/* default_registry: references without a registry use it; the spec's SRC
+ * names it, so the agent does not need the setting. */
+START_TEST(default_registry)
+{
+    struct sh_spec_set *set = sh_spec_set_new();
+    char err[512] = "";
+
+    ck_assert_int_eq(sh_spec_set_default_registry(set, "Reg.Site:5000"), 0);
+    ck_assert_msg(sh_spec_add_value(set, "docker://team/app:2,docker://app", DEFDIR, err,
+                                    sizeof(err)) == 0, "%s", err);
+    ck_assert_str_eq(sh_spec_set_src(set, 0), "docker://reg.site:5000/team/app:2");
+    ck_assert_str_eq(sh_spec_set_src(set, 1), "docker://reg.site:5000/app:latest");
+    ck_assert_int_eq(sh_spec_set_default_registry(set, "bad host"), 0);
+    ck_assert_int_eq(sh_spec_add_value(set, "docker://x", DEFDIR, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "registry 'bad host'") != NULL, "%s", err);
+    sh_spec_set_free(set);
+}
+END_TEST
+
+/* The wire form's docker:// sources must be canonical references. */
+START_TEST(wire_ref_rejects)
+{
+    static const char *const bad[] = {
+        "v1;docker%3A//r.x/App%3A1:/nvme/x",      /* upper case */
+        "v1;docker%3A//r.x/a:/nvme/x",            /* no tag */
+        "v1;docker%3A//a%3A1:/nvme/x",            /* no registry */
+        "v1;docker%3A//R.x/a%3A1:/nvme/x",        /* registry not lower case */
+        "v1;docker%3A//r.x%23a%3A1:/nvme/x",      /* '#' form */
+        "v1;docker%3A//r.x/a%3A1:nvme/x",         /* relative DST */
+    };
+    char err[512];
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct sh_spec_set *set = sh_spec_set_deserialize(bad[i], err, sizeof(err));
+
+        ck_assert_msg(set == NULL, "'%s' accepted", bad[i]);
+        ck_assert_int_eq(errno, EINVAL);
+    }
+}
+END_TEST
+
+/* Importer and resolver commands: ','-joined arguments, placeholders. */
+START_TEST(ref_commands)
+{
+    struct sh_ref ref;
+    char err[256];
+    char **argv;
+
+    ck_assert_int_eq(sh_ref_parse("r.x:5000/t/app:v2", 17, NULL, &ref, err, sizeof(err)), 0);
+    argv = sh_ref_command_expand("/bin/res,--x=%%,%r,%t", &ref, NULL);
+    ck_assert_ptr_nonnull(argv);
+    ck_assert_str_eq(argv[0], "/bin/res");
+    ck_assert_str_eq(argv[1], "--x=%");
+    ck_assert_str_eq(argv[2], "r.x:5000/t/app:v2");
+    ck_assert_str_eq(argv[3], "v2");
+    ck_assert_ptr_null(argv[4]);
+    sh_ref_command_free(argv);
+    memcpy(ref.digest, "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+           72);
+    argv = sh_ref_command_expand("/e,import,-o,%o,docker://%R#%p@%d,%r", &ref, "/tmp/x/o.sqsh");
+    ck_assert_ptr_nonnull(argv);
+    ck_assert_str_eq(argv[3], "/tmp/x/o.sqsh");
+    ck_assert_str_eq(argv[4], "docker://r.x:5000#t/app@sha256:0123456789abcdef0123456789abcdef"
+                              "0123456789abcdef0123456789abcdef");
+    ck_assert_str_eq(argv[5], "r.x:5000/t/app@sha256:0123456789abcdef0123456789abcdef"
+                              "0123456789abcdef0123456789abcdef");
+    sh_ref_command_free(argv);
+    ck_assert(sh_ref_registry_listed("a.b,R.X:5000", "r.x:5000"));
+    ck_assert(!sh_ref_registry_listed("a.b,r.x", "r.x:5000"));
+    ck_assert(!sh_ref_registry_listed("", "r.x"));
+    ck_assert(sh_ref_registry_listed("*", "r.x"));
+}
+END_TEST
+
 START_TEST(path_helpers)
 {
     char out[PATH_MAX], err[512];
@@ -479,6 +611,9 @@ static Suite *spec_suite(void)
     tcase_add_test(tc, limits);
     tcase_add_test(tc, default_dst_too_long);
     tcase_add_test(tc, path_helpers);
+    tcase_add_test(tc, default_registry);
+    tcase_add_test(tc, wire_ref_rejects);
+    tcase_add_test(tc, ref_commands);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,379 @@
+/* stagehand-agent --prolog, node 0 only, as the job user: registry images
+ * (docker://, issue 36). The site's resolver names the manifest digest a
+ * reference points to; where a node needs a copy, the site's importer writes
+ * the image's Squashfs file once, in a private directory beside DST, under
+ * the staging's deadline; the engine then reads that file as SRC and every
+ * node records the pinned reference (REGISTRY/REPO@DIGEST) as the source's
+ * identity (doc/design.md §2 step 4). No other node contacts the registry. */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "import.h"
+#include "stagehand/clock.h"
+#include "stagehand/log.h"
+
+#define NS_PER_MS 1000000LL
+/* The leader keeps this much of the staging's deadline to tell every node
+ * why a resolver or importer it had to stop failed (at most a quarter of
+ * what is left). */
+#define IMPORT_MARGIN_NS (5LL * 1000 * NS_PER_MS)
+#define STDERR_TAIL 700
+
+/* The seam for a node image cache (issue 34): where the image with the
+ * manifest digest of @pinned lives on this node. Without a cache it is DST
+ * itself, whose metadata record carries the pinned reference. */
+const char *sh_image_home(const struct sh_ref *pinned, const char *dst)
+{
+    (void)pinned;
+    return dst;
+}
+
+/* Deadline for a child of the leader: the staging's, less the margin. */
+static int64_t child_deadline(int64_t deadline)
+{
+    int64_t now = sh_now_ns(), left = deadline - now;
+    int64_t margin = left / 4 < IMPORT_MARGIN_NS ? left / 4 : IMPORT_MARGIN_NS;
+
+    return deadline - (margin > 0 ? margin : 0);
+}
+
+/* Append up to @n bytes read from @fd to @buf (@cap bytes, *@len used),
+ * keeping the last bytes when it fills (a stderr tail). Returns the read(2)
+ * result. */
+static ssize_t drain(int fd, char *buf, size_t cap, size_t *len, bool tail)
+{
+    char chunk[4096];
+    ssize_t got = read(fd, chunk, sizeof(chunk));
+
+    if (got <= 0)
+        return got;
+    if (*len + (size_t)got >= cap) {
+        size_t keep = cap - 1;
+
+        if (!tail) {
+            size_t room = cap - 1 - *len;
+
+            memcpy(buf + *len, chunk, room);
+            *len = keep;
+            buf[*len] = '\0';
+            return got;
+        }
+        /* keep the newest cap-1 bytes of what we had plus the chunk */
+        if ((size_t)got >= keep) {
+            memcpy(buf, chunk + (size_t)got - keep, keep);
+        } else {
+            size_t old = keep - (size_t)got;
+
+            memmove(buf, buf + *len - old, old);
+            memcpy(buf + old, chunk, (size_t)got);
+        }
+        *len = keep;
+    } else {
+        memcpy(buf + *len, chunk, (size_t)got);
+        *len += (size_t)got;
+    }
+    buf[*len] = '\0';
+    return got;
+}
+
+/* Run @argv (in its own process group, in @cwd, environment @envp) until it
+ * exits or @deadline (sh_now_ns) passes: then its process group is killed.
+ * Its stdout into @out, the tail of its stderr into @err. Returns the wait
+ * status, or -1 with errno (ETIMEDOUT at the deadline). */
+static int run_bounded(char *const *argv, char *const *envp, const char *cwd, int64_t deadline,
+                       char *out, size_t outlen, char *err, size_t errlen)
+{
+    int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status = 0;
+    size_t olen = 0, elen = 0;
+    bool oopen = true, eopen = true, late = false;
+    pid_t pid;
+
+    out[0] = err[0] = '\0';
+    if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
+
+        if (po[0] >= 0) {
+            close(po[0]);
+            close(po[1]);
+        }
+        errno = e;
+        return -1;
+    }
+    pid = fork();
+    if (pid < 0) {
+        int e = errno;
+
+        close(po[0]);
+        close(po[1]);
+        close(pe[0]);
+        close(pe[1]);
+        errno = e;
+        return -1;
+    }
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+
+        setpgid(0, 0);
+        if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0 ||
+            dup2(po[1], STDOUT_FILENO) < 0 || dup2(pe[1], STDERR_FILENO) < 0 ||
+            chdir(cwd) != 0)
+            _exit(127);
+        signal(SIGPIPE, SIG_DFL);
+        execve(argv[0], argv, envp);
+        dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid); /* either side may win the race */
+    close(po[1]);
+    close(pe[1]);
+    while (oopen || eopen) {
+        struct pollfd p[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
+        int64_t left = deadline - sh_now_ns();
+
+        if (left <= 0) {
+            late = true;
+            break;
+        }
+        p[0].fd = oopen ? po[0] : -1;
+        p[1].fd = eopen ? pe[0] : -1;
+        if (poll(p, 2, (int)(left / NS_PER_MS) + 1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (oopen && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            drain(po[0], out, outlen, &olen, false) <= 0)
+            oopen = false;
+        if (eopen && (p[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
+            drain(pe[0], err, errlen, &elen, true) <= 0)
+            eopen = false;
+    }
+    close(po[0]);
+    close(pe[0]);
+    if (late)
+        kill(-pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    /* Whatever it left running in its group (skopeo's helpers) goes too. */
+    kill(-pid, SIGKILL);
+    if (late) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
+    return status;
+}
+
+/* The environment of the resolver and the importer: the job user's own
+ * (HOME: their registry credentials), a fixed PATH, TMPDIR. */
+struct child_env {
+    char home[PATH_MAX + 8], user[300], logname[300], tmpdir[PATH_MAX + 8];
+    char *envp[8];
+};
+
+static void child_env_init(struct child_env *ce, const char *user, const char *tmpdir)
+{
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    size_t n = 0;
+
+    if (getpwnam_r(user, &pw, buf, sizeof(buf), &res) == 0 && res != NULL)
+        snprintf(ce->home, sizeof(ce->home), "HOME=%s", pw.pw_dir);
+    else
+        snprintf(ce->home, sizeof(ce->home), "HOME=/");
+    snprintf(ce->user, sizeof(ce->user), "USER=%s", user);
+    snprintf(ce->logname, sizeof(ce->logname), "LOGNAME=%s", user);
+    snprintf(ce->tmpdir, sizeof(ce->tmpdir), "TMPDIR=%s", tmpdir);
+    ce->envp[n++] = (char *)"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+    ce->envp[n++] = ce->home;
+    ce->envp[n++] = ce->user;
+    ce->envp[n++] = ce->logname;
+    ce->envp[n++] = ce->tmpdir;
+    ce->envp[n++] = (char *)"LC_ALL=C";
+    ce->envp[n] = NULL;
+}
+
+/* One line of @s for a message: newlines become "; ", the end trimmed. */
+static void one_line(char *s)
+{
+    size_t n = strlen(s);
+
+    while (n > 0 && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    for (char *p = s; *p != '\0'; p++)
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            *p = ' ';
+}
+
+/* Why @status (run_bounded's) is a failure, with the stderr tail @tail. */
+static void describe(const char *what, int status, const char *cmd, char *tail, char *err,
+                     size_t errlen)
+{
+    one_line(tail);
+    if (status < 0 && errno == ETIMEDOUT)
+        snprintf(err, errlen, "the %s did not finish within the staging deadline (timeout=); "
+                 "stopped%s%s", what, tail[0] != '\0' ? ": " : "", tail);
+    else if (status < 0)
+        snprintf(err, errlen, "cannot run the %s %s: %s", what, cmd, strerror(errno));
+    else if (WIFSIGNALED(status))
+        snprintf(err, errlen, "the %s was killed by signal %d%s%s", what, WTERMSIG(status),
+                 tail[0] != '\0' ? ": " : "", tail);
+    else
+        snprintf(err, errlen, "the %s failed (exit %d)%s%s", what, WEXITSTATUS(status),
+                 tail[0] != '\0' ? ": " : "", tail);
+}
+
+int sh_import_resolve(const struct sh_config *cfg, const char *user, const char *src,
+                      int64_t deadline, struct sh_ref *ref, char *err, size_t errlen)
+{
+    char out[512], tail[STDERR_TAIL], why[SH_IMPORT_ERR_MAX];
+    struct child_env ce;
+    char **argv;
+    int status;
+    size_t n;
+
+    if (sh_ref_parse_canonical(src, ref, why, sizeof(why)) != 0 ||
+        sh_config_check_registry(cfg, ref->registry, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "%s: %s", src, why);
+        return -1;
+    }
+    if (ref->digest[0] != '\0')
+        return 0; /* pinned by the user: nothing to ask */
+    argv = sh_ref_command_expand(cfg->resolver, ref, NULL);
+    if (argv == NULL) {
+        snprintf(err, errlen, "%s: out of memory", src);
+        return -1;
+    }
+    child_env_init(&ce, user, "/tmp");
+    status = run_bounded(argv, ce.envp, "/", child_deadline(deadline), out, sizeof(out),
+                         tail, sizeof(tail));
+    if (status != 0) {
+        describe("resolver", status, argv[0], tail, why, sizeof(why));
+        sh_ref_command_free(argv);
+        snprintf(err, errlen, "%s: cannot resolve the image's digest: %s", src, why);
+        return -1;
+    }
+    sh_ref_command_free(argv);
+    n = strcspn(out, "\r\n");
+    out[n] = '\0';
+    {
+        struct sh_ref check = *ref;
+
+        if (n >= sizeof(check.digest) || strncmp(out, "sha256:", 7) != 0) {
+            snprintf(err, errlen, "%s: the resolver printed no digest ('%.80s')", src, out);
+            return -1;
+        }
+        /* The digest must be one the reference grammar accepts. */
+        snprintf(why, sizeof(why), "%s/%s@%s", ref->registry, ref->repo, out);
+        if (sh_ref_parse(why, strlen(why), NULL, &check, tail, sizeof(tail)) != 0) {
+            snprintf(err, errlen, "%s: the resolver printed a bad digest: %s", src, tail);
+            return -1;
+        }
+        memcpy(ref->digest, check.digest, sizeof(ref->digest));
+    }
+    return 0;
+}
+
+void sh_import_paths(const char *dir, const char *dst, uint64_t jobid, uint64_t stepid,
+                     char *workdir, size_t wlen, char *image, size_t ilen)
+{
+    const char *slash = strrchr(dst, '/');
+    const char *name = slash != NULL ? slash + 1 : dst;
+
+    snprintf(workdir, wlen, "%s/.%s.import.%" PRIu64 ".%" PRIu64, dir, name, jobid, stepid);
+    snprintf(image, ilen, "%s/image.sqsh", workdir);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    return (flag == FTW_DP ? rmdir(path) : unlink(path)) != 0 && errno != ENOENT ? -1 : 0;
+}
+
+static int own_dir(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    if (flag == FTW_D && (sb->st_mode & 0700) != 0700 && chmod(path, (sb->st_mode & 07777) | 0700) != 0)
+        return -1;
+    return 0;
+}
+
+int sh_import_remove(const char *workdir)
+{
+    struct stat st;
+
+    if (lstat(workdir, &st) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
+        errno = EPERM;
+        return -1;
+    }
+    /* umoci's rootless unpack keeps read-only directories: make each one
+     * the owner's to empty first (before nftw reads it), then remove depth
+     * first; never following links or crossing filesystems. */
+    if (nftw(workdir, own_dir, 16, FTW_PHYS | FTW_MOUNT) != 0)
+        return -1;
+    return nftw(workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh_ref *pinned,
+                  const char *workdir, const char *image, int64_t deadline, char *err,
+                  size_t errlen)
+{
+    char out[256], tail[STDERR_TAIL], why[SH_IMPORT_ERR_MAX], ref[SH_REF_TEXT_MAX];
+    struct child_env ce;
+    struct stat st;
+    char **argv;
+    int status;
+
+    sh_ref_format(pinned, ref, sizeof(ref));
+    /* A directory of an earlier try of this job (killed agent) goes first. */
+    if (sh_import_remove(workdir) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "%s: cannot remove %s: %s", ref, workdir, strerror(errno));
+        return -1;
+    }
+    if (mkdir(workdir, 0700) != 0) {
+        snprintf(err, errlen, "%s: cannot make the import directory %s: %s", ref, workdir,
+                 strerror(errno));
+        return -1;
+    }
+    argv = sh_ref_command_expand(cfg->importer, pinned, image);
+    if (argv == NULL) {
+        snprintf(err, errlen, "%s: out of memory", ref);
+        sh_import_remove(workdir);
+        return -1;
+    }
+    child_env_init(&ce, user, workdir);
+    status = run_bounded(argv, ce.envp, workdir, child_deadline(deadline), out, sizeof(out),
+                         tail, sizeof(tail));
+    if (status != 0) {
+        describe("importer", status, argv[0], tail, why, sizeof(why));
+        snprintf(err, errlen, "%s: %s", ref, why);
+    } else if (lstat(image, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        snprintf(err, errlen, "%s: the importer succeeded but wrote no image to %s", ref,
+                 image);
+        status = -1;
+    }
+    sh_ref_command_free(argv);
+    if (status != 0) {
+        if (sh_import_remove(workdir) != 0)
+            sh_warn("import", "cannot remove %s: %s", workdir, strerror(errno));
+        return -1;
+    }
+    sh_info("import", "%s imported into %s (%lld bytes)", ref, image, (long long)st.st_size);
+    return 0;
+}

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Issue 36: --stage-image=docker://REGISTRY/REPO:TAG against the cluster's
+# own registry (Debian's docker-registry on the storage host, minicluster
+# registry): node 0 alone resolves the tag and imports the image once, the
+# broadcast gives every node a byte-identical Squashfs copy that the job's
+# srun reads; the registry's access log shows one client (node 0) pulling
+# each blob once; a second job with the same tag copies nothing and pulls no
+# blob; after the tag is pushed anew the next job imports again. Failures
+# (unknown image, registry not allowed, registry down, importer fails,
+# importer past the deadline): the job fails naming the reference and the
+# reason, no node is drained, nothing partial is left, and no second import
+# runs.
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's shell
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+for t in docker-registry skopeo umoci; do
+    command -v "$t" >/dev/null || fail "$t is not installed on the host (contrib/setup.sh installs it)"
+done
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" sh -c 'command -v skopeo && command -v umoci && command -v mksquashfs' >/dev/null ||
+        fail "$n: skopeo, umoci or mksquashfs missing in the node's stack (contrib/setup.sh, contrib/minicluster/rootfs)"
+done
+
+"$MINICLUSTER" registry start >/dev/null 2>&1 || fail "minicluster registry start failed"
+reg=$("$MINICLUSTER" registry addr)
+reglog=$MINICLUSTER_STATE/log/registry.log
+repo=test/reg$$
+k=$(echo "$MINICLUSTER_NODES" | wc -w)
+n0_ip=$(awk '$2 == "n1" {print $1; exit}' "$MINICLUSTER_STATE/etc/hosts")
+[ -n "$n0_ip" ] || fail "no address of n1 in $MINICLUSTER_STATE/etc/hosts"
+work=$MINICLUSTER_SHARED/t-reg.$$
+out=$work/job.out
+tag=t-reg$$
+mkdir -p "$work"
+chmod 1777 "$work"
+
+# The site's importer, wrapped: each run leaves a line in $work/runs; the
+# file $work/mode makes it the shipped one (real), fail with a message
+# (fail) or outlast the staging's deadline (sleep).
+cat >"$work/importer.sh" <<EOF
+#!/bin/sh
+echo "\$1" >>"$work/runs"
+case "\$(cat "$work/mode")" in
+    fail) echo "importer-broke on purpose" >&2; exit 3 ;;
+    sleep) sleep 300 ;;
+esac
+exec $STAGEHAND_PREFIX/libexec/stagehand-import --insecure import "\$1" "\$2"
+EOF
+chmod 755 "$work/importer.sh"
+echo real >"$work/mode"
+: >"$work/runs"
+chmod 666 "$work/runs"
+
+cleanup() {
+    plugstack_restore
+    "$MINICLUSTER" registry start >/dev/null 2>&1 || true
+    rm -rf "$work"
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-reg; done
+}
+trap cleanup EXIT
+
+# The cluster's allowed registry, resolver and importer, and a deadline a
+# test can wait for (timeout= replaces the cluster's own).
+plugstack_save
+sed -i 's/ timeout=[^ ]*//' "$plugstack"
+plugstack_add "timeout=30s allowed_registries=$reg" \
+    "resolver=$STAGEHAND_PREFIX/libexec/stagehand-import,--insecure,digest,%r" \
+    "importer=$work/importer.sh,%r,%o"
+
+# Registry access lines since byte offset @1: "client method path bytes".
+reg_since() {
+    tail -c +"$(($1 + 1))" "$reglog" | grep -E '^[0-9.]+ - - \[' | awk '{print $1, substr($6, 2), $7, $10}'
+}
+reg_off() { stat -c %s "$reglog"; }
+blob_gets() { reg_since "$1" | awk '$2 == "GET" && $3 ~ /\/blobs\//'; }
+
+# stage REF DST [SCRIPT]: a k-node job staging docker://REF to DST; sets
+# job_id and st (its end state).
+stage() {
+    rm -f "$out"
+    job_id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose \
+        --stage-image="docker://$1:$2" --wrap "${3:-srun -N$k true}") || fail "sbatch: $job_id"
+    st=$(wait_job_end "$job_id" 150)
+}
+
+# Nothing partial on any node: no DST @1, no import directory, no temp file.
+assert_nothing_left() {
+    assert_no_entries /nvme/t-reg "^(\\.?$(basename "$1")|.*\\.import\\..*|.*\\.stage\\..*\\.tmp)\$" "partial staging files"
+}
+
+# ---- one import, broadcast, read by the job's srun ----
+d1=$("$MINICLUSTER" registry push "$repo:v1" 2048) || fail "push $repo:v1"
+dst=/nvme/t-reg/img.sqsh
+off=$(reg_off)
+stage "$reg/$repo:v1" "$dst" "srun -N$k sh -c 'echo \$(hostname) \$(unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test)'"
+[ "$st" = COMPLETED ] || fail "first job ended $st: $(cat "$out")"
+grep -q "$dst: $k copied, 0 current of $k nodes" "$out" || fail "first job summary: $(cat "$out")"
+[ "$(grep -c "image $repo:v1 pushed" "$out")" -eq "$k" ] || fail "the srun did not read the image on every node: $(cat "$out")"
+sha=$(node_sha n1 "$dst")
+[ -n "$sha" ] || fail "n1 has no $dst"
+for n in $MINICLUSTER_NODES; do
+    [ "$(node_sha "$n" "$dst")" = "$sha" ] || fail "$n: $dst differs from n1's"
+    [ "$(on_node "$n" stat -c %U "$dst")" = "$MINICLUSTER_USER" ] || fail "$n: $dst is not the job user's"
+done
+clients=$(blob_gets "$off" | awk '{print $1}' | sort -u)
+[ "$clients" = "$n0_ip" ] || fail "blobs pulled by '$clients', expected node 0 ($n0_ip) alone: $(reg_since "$off")"
+[ "$(blob_gets "$off" | awk '{print $3}' | sort | uniq -d)" = "" ] || fail "a blob pulled twice: $(blob_gets "$off")"
+[ "$(reg_since "$off" | awk '{print $1}' | sort -u)" = "$n0_ip" ] || fail "another node contacted the registry: $(reg_since "$off")"
+[ "$(wc -l <"$work/runs")" -eq 1 ] || fail "imported $(wc -l <"$work/runs") times"
+grep -q "@$d1\$" "$work/runs" || fail "the import was not pinned to $d1: $(cat "$work/runs")"
+assert_nothing_left "$dst.absent"
+echo "ok: one import by node 0 ($(blob_gets "$off" | awk '{s += $4} END {print s}') blob bytes served), $k byte-identical copies, read by srun"
+
+# ---- the same tag again: nothing copied, no blob pulled ----
+ino=$(on_node n2 stat -c %i.%Y "$dst")
+off=$(reg_off)
+stage "$reg/$repo:v1" "$dst"
+[ "$st" = COMPLETED ] || fail "second job ended $st: $(cat "$out")"
+grep -q "$dst: all $k nodes current, nothing copied" "$out" || fail "second job copied: $(cat "$out")"
+[ -z "$(blob_gets "$off")" ] || fail "the second job pulled blobs: $(blob_gets "$off")"
+[ "$(wc -l <"$work/runs")" -eq 1 ] || fail "the second job ran the importer"
+[ "$(on_node n2 stat -c %i.%Y "$dst")" = "$ino" ] || fail "n2's current copy was rewritten"
+echo "ok: same tag, same digest: nothing copied, no blob pulled"
+
+# ---- the tag pushed anew: imported again ----
+d2=$("$MINICLUSTER" registry push "$repo:v1" 1024) || fail "push $repo:v1 again"
+[ "$d2" != "$d1" ] || fail "the new push has the old digest"
+off=$(reg_off)
+stage "$reg/$repo:v1" "$dst" "srun -N$k sh -c 'unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test'"
+[ "$st" = COMPLETED ] || fail "third job ended $st: $(cat "$out")"
+grep -q "$dst: $k copied, 0 current of $k nodes" "$out" || fail "the moved tag was not imported again: $(cat "$out")"
+[ "$(blob_gets "$off" | awk '{print $1}' | sort -u)" = "$n0_ip" ] || fail "blobs of the new push: $(blob_gets "$off")"
+grep -q "@$d2\$" "$work/runs" || fail "not imported at $d2: $(cat "$work/runs")"
+[ "$(node_sha n3 "$dst")" != "$sha" ] || fail "n3 still has the old image"
+echo "ok: the tag pushed anew is imported again"
+
+# ---- failures: the job fails naming the reference and the reason ----
+# fail_case NAME REF DST WANT: the job fails, its output names the
+# reference and WANT, no drain, nothing left, the importer ran at most once.
+fail_case() {
+    local name=$1 ref=$2 d=$3 want=$4 runs0
+    runs0=$(wc -l <"$work/runs")
+    stage "$ref" "$d"
+    [ "$st" = FAILED ] || fail "$name: job ended $st: $(cat "$out")"
+    grep -qF "docker://$ref" "$out" || grep -qF "docker://${ref%:*}@" "$out" ||
+        fail "$name: the message does not name the reference: $(cat "$out")"
+    grep -qF -- "$want" "$out" || fail "$name: the message lacks '$want': $(cat "$out")"
+    assert_no_drain
+    assert_runtime_gone "$job_id"
+    assert_nothing_left "$d"
+    [ $(($(wc -l <"$work/runs") - runs0)) -le 1 ] || fail "$name: imported more than once"
+    echo "ok: $name: $(grep -m1 -F "docker://" "$out" | cut -c1-240)"
+}
+
+fail_case "unknown image" "$reg/$repo:no-such-tag" /nvme/t-reg/u.sqsh "cannot resolve the image's digest: the resolver failed (exit 1): Error parsing image name"
+grep -q "manifest unknown" "$out" || fail "unknown image: the registry's reason is missing: $(cat "$out")"
+[ "$(wc -l <"$work/runs")" -eq 2 ] || fail "the importer ran for an unknown image"
+
+# A registry the site does not allow is refused at submit: no job.
+if msg=$(as_user sbatch -N1 --stage-image="docker://10.9.9.9:5000/$repo:v1:/nvme/t-reg/x.sqsh" --wrap true 2>&1); then
+    fail "a registry outside allowed_registries was accepted: $msg"
+fi
+grep -qF "registry '10.9.9.9:5000' is not allowed on this cluster (allowed: $reg)" <<<"$msg" ||
+    fail "not-allowed message: $msg"
+echo "ok: registry not allowed: refused at submit"
+
+"$MINICLUSTER" registry stop >/dev/null 2>&1
+fail_case "registry down" "$reg/$repo:v1" /nvme/t-reg/down.sqsh "cannot resolve the image's digest"
+grep -q "connection refused" "$out" || fail "registry down: the reason is missing: $(cat "$out")"
+"$MINICLUSTER" registry start >/dev/null 2>&1 || fail "registry start"
+
+echo fail >"$work/mode"
+fail_case "importer fails" "$reg/$repo:v1" /nvme/t-reg/f.sqsh "the importer failed (exit 3): importer-broke on purpose"
+[ "$(wc -l <"$work/runs")" -eq 3 ] || fail "importer runs: $(cat "$work/runs")"
+
+echo sleep >"$work/mode"
+fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did not finish within the staging deadline"
+[ "$(wc -l <"$work/runs")" -eq 4 ] || fail "importer runs: $(cat "$work/runs")"
+for n in $MINICLUSTER_NODES; do
+    [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
+done
+echo "PASS"
