@@ -1,6 +1,7 @@
 /* This node's part of a staging decision: stagehand/local.h. */
 #include "config.h"
 #include "stagehand/local.h"
+#include "stagehand/cache.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -417,6 +418,8 @@ enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *ds
 
     if (sh_dest_check_path(cfg, uid, dst, why, whylen) != 0)
         return SH_VOTE_ERROR;
+    c.cache_entry = cfg->cache[0] != '\0' &&
+                    sh_cache_dst_kind(cfg->cache, dst, NULL) == SH_CACHE_DST_JOB;
     snprintf(why, whylen, "needs a copy");
     if (check == SH_CHECK_NEVER || check == SH_CHECK_CONTENT)
         return SH_VOTE_NEED;
