@@ -233,10 +233,10 @@ step_check() {
     full=$(grep -E "^#required $plugin .*allow_shared_dst=" "$conf" || true)
     local keys=(allowed_dest default_dest key_file agent engine port_base port_range fanout
         segment_size pipeline_depth timeout check hash mpi_env on_node_fault
-        submit_check verbose allow_shared_dst stall_timeout join_timeout read_ahead dest_dir_mode pml)
+        submit_check verbose allow_shared_dst stall_timeout join_timeout read_ahead dest_dir_mode pml cache)
     for k in "${keys[@]}"; do
         grep -qF "\"$k\"" "$top/core/common/config.c" || bad "key $k is not in core/common/config.c any more"
-        if grep -qE "^# $k " "$conf" && { [ "$k" = mpi_env ] || grep -qE "(^| )$k=" <<<"$full"; }; then
+        if grep -qE "^# $k " "$conf" && { [ "$k" = mpi_env ] || [ "$k" = cache ] || grep -qE "(^| )$k=" <<<"$full"; }; then
             ok "$conf documents $k"
         else
             bad "$conf does not document $k"
