@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <spawn.h>
@@ -94,6 +95,24 @@ static bool has_cache_image(const char *cache, const struct sh_spec_set *set)
     return false;
 }
 
+/* Is job @jobid still on this node? Its staging lock, status file or
+ * runtime directory under SH_RUNTIME_DIR (a per-boot tmpfs) says so until
+ * its epilog; after a reboot or an epilog that removed them none is left. */
+static bool job_here(uint64_t jobid, void *arg)
+{
+    static const char *const suffix[] = { ".lock", ".status", "" };
+    char path[128];
+    struct stat sb;
+
+    (void)arg;
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%" PRIu64 "%s", SH_RUNTIME_DIR, jobid, suffix[i]);
+        if (lstat(path, &sb) == 0)
+            return true;
+    }
+    return false;
+}
+
 int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
                            char *err, size_t errlen)
 {
@@ -107,8 +126,14 @@ int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_jo
         return -1;
     if (has_cache_image(cfg->cache, set)) {
         rc = sh_cache_prepare(cfg->cache, job->jobid, job->uid, job->gid, err, errlen);
-        if (rc == 0)
+        if (rc == 0) {
+            int gone = sh_cache_sweep_jobs(cfg->cache, job->jobid, job_here, NULL);
+
+            if (gone > 0)
+                slurm_info("stagehand: job %u: dropped the cache references of %d jobs no "
+                           "longer on this node", job->jobid, gone);
             link_proven(cfg->cache, job, set);
+        }
     }
     sh_spec_set_free(set);
     return rc;

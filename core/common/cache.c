@@ -340,6 +340,45 @@ int sh_cache_job_remove(const char *cache, uint64_t jobid)
     return rc;
 }
 
+int sh_cache_sweep_jobs(const char *cache, uint64_t self,
+                        bool (*alive)(uint64_t jobid, void *arg), void *arg)
+{
+    char jobs[PATH_MAX];
+    uint64_t dead[256];
+    size_t n = 0;
+    int jfd, dfd, removed = 0;
+    DIR *d;
+    struct dirent *de;
+
+    if (sh_cache_submit_dir(cache, jobs, sizeof(jobs)) != 0)
+        return -1;
+    jfd = open(jobs, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (jfd < 0)
+        return errno == ENOENT ? 0 : -1;
+    dfd = dup(jfd);
+    d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (d == NULL) {
+        if (dfd >= 0)
+            close(dfd);
+        close(jfd);
+        return -1;
+    }
+    /* collected first: removing while readdir(3) walks is unspecified */
+    while ((de = readdir(d)) != NULL && n < sizeof(dead) / sizeof(dead[0])) {
+        uint64_t id;
+
+        if (parse_jobid(de->d_name, strlen(de->d_name), &id) == 0 && id != self &&
+            !alive(id, arg))
+            dead[n++] = id;
+    }
+    closedir(d);
+    close(jfd);
+    for (size_t i = 0; i < n; i++)
+        if (sh_cache_job_remove(cache, dead[i]) == 0)
+            removed++;
+    return removed;
+}
+
 /* Is @name in @efd an entry: a root-owned regular file of mode 0444 whose
  * name is its key? Its stat into @sb. */
 static bool is_entry(int efd, const char *name, struct stat *sb)

@@ -33,6 +33,7 @@
 #ifndef STAGEHAND_CACHE_H
 #define STAGEHAND_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -92,6 +93,14 @@ int sh_cache_job_seal(const char *cache, uint64_t jobid);
 /* As root (the epilog): remove job @jobid's directory and its links, never
  * following a symlink. ENOENT is success. Returns 0, or -1 with errno. */
 int sh_cache_job_remove(const char *cache, uint64_t jobid);
+
+/* Drop the references of jobs that no longer exist on this node (a node
+ * that crashed with the cache on a persistent disk, a killed epilog): every
+ * job directory but @self's for which @alive(jobid, @arg) is false is
+ * removed like sh_cache_job_remove. As root. Returns the number removed, or
+ * -1 with errno (the job directory cannot be read). */
+int sh_cache_sweep_jobs(const char *cache, uint64_t self,
+                        bool (*alive)(uint64_t jobid, void *arg), void *arg);
 
 /* An entry of the cache as its record says (sh_cache_find). */
 struct sh_cache_entry {

@@ -13,7 +13,9 @@
 #    links;
 #  - two jobs of two users staging a new SRC into the cache at once: one
 #    entry per node, both succeed and see the same inode;
-#  - the epilogs drop the jobs' links: the entries stay with one link.
+#  - the epilogs drop the jobs' links: the entries stay with one link;
+#  - a reference of a job no longer on the node is dropped by the next
+#    staging there.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -124,6 +126,8 @@ for n in $MINICLUSTER_NODES; do
         fail "$n: the entry's bytes are not SRC's"
 done
 
+out=$MINICLUSTER_SHARED/$tok.5.out
+
 # 4. two users stage a new SRC at once: one copy per node, both succeed
 outa=$MINICLUSTER_SHARED/$tok.a.out
 outb=$MINICLUSTER_SHARED/$tok.b.out
@@ -146,4 +150,20 @@ for j in $ja $jb; do
     st=$(wait_job_end "$j" 120)
     [ "$st" = COMPLETED ] || fail "job $j ended $st: $(cat "$outa" "$outb")"
 done
-echo "PASS: two users share one entry per node (copied, then current; one inode), the third is refused and reads nothing, two concurrent stagings make one entry"
+
+# 5. a reference of a job that no longer exists on the node (its epilog never
+# ran: a crash with the cache on a persistent disk) is dropped by the next
+# staging there
+ghost=4000000000
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" sh -c "mkdir -p '$cache/job/$ghost' && ln '$cache/entries/$key' '$cache/job/$ghost/img.sqsh' && chown '$MINICLUSTER_USER' '$cache/job/$ghost'" ||
+        fail "$n: cannot plant a dead job's reference"
+done
+[ "$(on_node "$n1" stat -c %h "$cache/entries/$key")" = 2 ] || fail "the planted reference did not take"
+stage_job_ends COMPLETED 120 "$src"
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" test -e "$cache/job/$ghost" && fail "$n: the dead job's reference stays"
+    links=$(on_node "$n" stat -c %h "$cache/entries/$key")
+    [ "$links" = 1 ] || fail "$n: entry $key has $links links"
+done
+echo "PASS: two users share one entry per node (copied, then current; one inode), the third is refused and reads nothing, two concurrent stagings make one entry, a dead job's reference is dropped"

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,34 @@ START_TEST(seal_cleans)
 }
 END_TEST
 
+static bool odd_alive(uint64_t jobid, void *arg)
+{
+    (*(int *)arg)++;
+    return (jobid & 1) != 0;
+}
+
+/* References of jobs that are gone are dropped; running jobs' and the
+ * caller's own stay. */
+START_TEST(sweep_dead_jobs)
+{
+    char err[512], path[256];
+    struct stat sb;
+    int asked = 0;
+
+    if (geteuid() != 0)
+        return;
+    for (uint64_t j = 1; j <= 4; j++)
+        ck_assert_int_eq(sh_cache_prepare(cache, j, USER_UID, USER_GID, err, sizeof(err)), 0);
+    ck_assert_int_eq(sh_cache_job_seal(cache, 4), 0);
+    ck_assert_int_eq(sh_cache_sweep_jobs(cache, 2, odd_alive, &asked), 1);
+    ck_assert_int_eq(asked, 3);
+    for (uint64_t j = 1; j <= 4; j++) {
+        snprintf(path, sizeof(path), "%s/job/%u", cache, (unsigned)j);
+        ck_assert_int_eq(stat(path, &sb) == 0, j != 4);
+    }
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -327,6 +356,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, adopt_share_find);
     tcase_add_test(tc, adopt_refusals);
     tcase_add_test(tc, seal_cleans);
+    tcase_add_test(tc, sweep_dead_jobs);
     suite_add_tcase(s, tc);
     return s;
 }
