@@ -6,7 +6,7 @@
 #
 # On a fresh Debian 12 machine (as root) it installs the Debian packages it
 # needs, builds, runs the unit tests under AddressSanitizer and
-# UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy, shellcheck),
+# UndefinedBehaviorSanitizer, lints (cppcheck, clang-tidy, shellcheck, docs),
 # installs a release build, brings a local Slurm test cluster up, runs every
 # cluster test, the Debian package test and the benchmark's smoke variant,
 # (trixie) the PrologFlags tests again on clusters with Contain and RunInJob,
@@ -215,6 +215,15 @@ if xargs -P2 -n12 shellcheck -f gcc <build-asan/shellcheck.files >build-asan/she
 else
     head -40 build-asan/shellcheck.out
     note_result "shellcheck" 1
+fi
+
+# Lint: the documentation's links, field-case ids and that nothing points
+# outside the repository (tests/lint/docs.py says what each check is).
+if python3 tests/lint/docs.py >build-asan/docs-lint.out 2>&1; then
+    note_result "docs lint" 0
+else
+    head -40 build-asan/docs-lint.out
+    note_result "docs lint" 1
 fi
 
 [ "$cluster" = 1 ] || finish
