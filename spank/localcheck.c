@@ -87,7 +87,7 @@ struct user_check {
     size_t n;
     const char *const *srcs;
     const struct sh_src_id *ids;
-    void (*run)(const struct user_check *c, int fd) __attribute__((noreturn));
+    void (*run)(const struct user_check *c, int fd); /* never returns */
 };
 
 /* Child, as the job user: every image current and claimed, or exit 1 with
@@ -186,6 +186,7 @@ static bool user_check_run(const struct user_check *c, char *out, size_t outlen)
         close(p[0]);
         become_user(job, groups, ngroups, p[1]);
         c->run(c, p[1]);
+        _exit(1);
     }
     close(p[1]);
     p[1] = -1;

@@ -91,7 +91,9 @@ grep -q "[0-9] copied" "$out2" && fail "job $j2 copied: $(cat "$out2")"
 for n in $MINICLUSTER_NODES; do
     i1=$(awk -v n="$n" '$1 == n { print $3 }' "$out1")
     i2=$(awk -v n="$n" '$1 == n { print $3 " " $4 }' "$out2")
-    [ -n "$i1" ] && [ "$i2" = "$i1 3" ] || fail "$n: job $j1's inode $i1, job $j2's '$i2' (want the same, 3 links)"
+    if [ -z "$i1" ] || [ "$i2" != "$i1 3" ]; then
+        fail "$n: job $j1's inode $i1, job $j2's '$i2' (want the same, 3 links)"
+    fi
     [ "$(on_node "$n" sh -c "ls '$cache/entries' | wc -l")" = 1 ] || fail "$n: not one entry: $(on_node "$n" ls -la "$cache/entries")"
 done
 
@@ -142,7 +144,9 @@ grep -c " $want2\$" "$outa" "$outb" | grep -qv ":$k\$" &&
 for n in $MINICLUSTER_NODES; do
     ia=$(awk -v n="$n" '$1 == n { print $3 }' "$outa")
     ib=$(awk -v n="$n" '$1 == n { print $3 }' "$outb")
-    [ -n "$ia" ] && [ "$ia" = "$ib" ] || fail "$n: jobs $ja and $jb see inodes $ia and $ib"
+    if [ -z "$ia" ] || [ "$ia" != "$ib" ]; then
+        fail "$n: jobs $ja and $jb see inodes $ia and $ib"
+    fi
     [ "$(on_node "$n" sh -c "ls '$cache/entries' | wc -l")" = 2 ] || fail "$n: entries: $(on_node "$n" ls -la "$cache/entries")"
 done
 touch "$release"
