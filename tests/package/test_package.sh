@@ -153,6 +153,7 @@ step_check() {
 
     listing=$(dpkg-query -L "$pkg")
     for f in "$plugin" "$agent" "$engine" "$pmixmod" /usr/sbin/stagehand-keygen \
+        /usr/sbin/stagehand-cache /usr/share/man/man8/stagehand-cache.8.gz \
         /usr/share/man/man8/stagehand.8.gz /usr/share/man/man1/stagehand-bcast.1.gz \
         /usr/share/man/man8/stagehand-keygen.8.gz \
         /etc/slurm/plugstack.conf.d/stagehand.conf \
@@ -210,7 +211,7 @@ step_check() {
 
     # Man pages render without warnings and name the installed paths.
     for m in /usr/share/man/man8/stagehand.8.gz /usr/share/man/man1/stagehand-bcast.1.gz \
-        /usr/share/man/man8/stagehand-keygen.8.gz; do
+        /usr/share/man/man8/stagehand-keygen.8.gz /usr/share/man/man8/stagehand-cache.8.gz; do
         text=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$m" 2>"$out/man.err") || true
         if [ -s "$out/man.err" ] || [ "$(wc -l <<<"$text")" -lt 20 ]; then
             bad "man -l $m: $(head -5 "$out/man.err")"
