@@ -17,6 +17,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "stagehand/local.h"
 #include "stagehand/spec.h"
 
 /* Is @s a decimal job id (no sign, no leading zero) that fits 64 bits? */
@@ -164,29 +165,11 @@ int sh_cache_key(enum sh_hash_algo algo, const uint8_t *digest, uint64_t size, c
 }
 
 /* Make @name in @dirfd a root-owned directory of @mode, or verify the one
- * there: root's, a directory, not a symlink, no more access than @mode.
+ * there: root's, a directory, not a symlink, given @mode (stagehand/local.h).
  * Returns an O_DIRECTORY descriptor, or -1 with errno (EPERM: wrong one). */
 static int root_dir(int dirfd, const char *name, mode_t mode)
 {
-    struct stat sb;
-    int fd;
-
-    if (mkdirat(dirfd, name, mode) != 0 && errno != EEXIST)
-        return -1;
-    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return errno == ELOOP || errno == ENOTDIR ? (errno = EPERM, -1) : -1;
-    if (fstat(fd, &sb) != 0 || sb.st_uid != 0 || (sb.st_mode & 07777 & ~mode) != 0) {
-        close(fd);
-        errno = EPERM;
-        return -1;
-    }
-    /* mkdirat honours the umask: set the bits we mean */
-    if ((sb.st_mode & 07777) != mode && fchmod(fd, mode) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
+    return sh_make_owned_dir(dirfd, name, 0, 0, mode);
 }
 
 int sh_cache_prepare(const char *cache, uint64_t jobid, uid_t uid, gid_t gid, char *err,

@@ -63,6 +63,20 @@ submit() { # user out image script
     shift
     run_as "$who" sbatch --parsable -J "$tag" -N"$k" -o "$1" --stage-image="$2" --wrap "$3"
 }
+# Wait (up to 60 s) until the files @2... together hold $k lines that end
+# in digest @1, one per node.
+wait_digests() { # digest file...
+    local d=$1 got
+    shift
+    for _ in $(seq 1 240); do
+        got=$(cat "$@" 2>/dev/null | grep -c " $d\$")
+        [ "$got" = $((k * $#)) ] && return 0
+        sleep 0.25
+    done
+    return 1
+}
+# Each node's inode of the image in output file @1 (lines of probe).
+inode_on() { awk -v n="$1" '$1 == n { print $3 }' "$2"; }
 release=$dir/release
 out1=$MINICLUSTER_SHARED/$tok.1.out
 out2=$MINICLUSTER_SHARED/$tok.2.out
@@ -70,26 +84,18 @@ out3=$MINICLUSTER_SHARED/$tok.3.out
 
 # 1. the first user copies
 j1=$(submit "$MINICLUSTER_USER" "$out1" "$src" "$(probe "$release")") || fail "sbatch: $j1"
-for _ in $(seq 1 240); do
-    [ "$(grep -c " $want\$" "$out1" 2>/dev/null)" = "$k" ] && break
-    sleep 0.25
-done
-[ "$(grep -c " $want\$" "$out1" 2>/dev/null)" = "$k" ] || fail "job $j1: $(cat "$out1" 2>/dev/null)"
+wait_digests "$want" "$out1" || fail "job $j1: $(cat "$out1" 2>/dev/null)"
 grep -q "stagehand: .*: $k copied, 0 current of $k nodes" "$out1" || fail "job $j1's summary: $(cat "$out1")"
 grep " $want\$" "$out1" | grep -qv "$cache/job/$j1/img.sqsh [0-9]* 2 root 444 " &&
     fail "job $j1's image is not its link of a root-owned 0444 entry: $(cat "$out1")"
 
 # 2. the second user shares it: current, the same inode
 j2=$(submit "$other" "$out2" "$src" "$(probe "$release")") || fail "sbatch: $j2"
-for _ in $(seq 1 240); do
-    [ "$(grep -c " $want\$" "$out2" 2>/dev/null)" = "$k" ] && break
-    sleep 0.25
-done
-[ "$(grep -c " $want\$" "$out2" 2>/dev/null)" = "$k" ] || fail "job $j2: $(cat "$out2" 2>/dev/null)"
+wait_digests "$want" "$out2" || fail "job $j2: $(cat "$out2" 2>/dev/null)"
 grep -q "stagehand: $cache/job/$j2/img.sqsh: current on" "$out2" || fail "job $j2's summary: $(cat "$out2")"
 grep -q "[0-9] copied" "$out2" && fail "job $j2 copied: $(cat "$out2")"
 for n in $MINICLUSTER_NODES; do
-    i1=$(awk -v n="$n" '$1 == n { print $3 }' "$out1")
+    i1=$(inode_on "$n" "$out1")
     i2=$(awk -v n="$n" '$1 == n { print $3 " " $4 }' "$out2")
     if [ -z "$i1" ] || [ "$i2" != "$i1 3" ]; then
         fail "$n: job $j1's inode $i1, job $j2's '$i2' (want the same, 3 links)"
@@ -135,15 +141,13 @@ outa=$MINICLUSTER_SHARED/$tok.a.out
 outb=$MINICLUSTER_SHARED/$tok.b.out
 ja=$(submit "$MINICLUSTER_USER" "$outa" "$src2" "$(probe "$release")") || fail "sbatch: $ja"
 jb=$(submit "$other" "$outb" "$src2" "$(probe "$release")") || fail "sbatch: $jb"
-for _ in $(seq 1 480); do
-    [ "$(grep -c " $want2\$" "$outa" "$outb" 2>/dev/null | awk -F: '{ s += $2 } END { print s }')" = $((2 * k)) ] && break
-    sleep 0.25
-done
+wait_digests "$want2" "$outa" "$outb" ||
+    fail "concurrent jobs $ja, $jb: $(cat "$outa" "$outb" 2>/dev/null)"
 grep -c " $want2\$" "$outa" "$outb" | grep -qv ":$k\$" &&
     fail "concurrent jobs $ja, $jb: $(cat "$outa" "$outb" 2>/dev/null)"
 for n in $MINICLUSTER_NODES; do
-    ia=$(awk -v n="$n" '$1 == n { print $3 }' "$outa")
-    ib=$(awk -v n="$n" '$1 == n { print $3 }' "$outb")
+    ia=$(inode_on "$n" "$outa")
+    ib=$(inode_on "$n" "$outb")
     if [ -z "$ia" ] || [ "$ia" != "$ib" ]; then
         fail "$n: jobs $ja and $jb see inodes $ia and $ib"
     fi
