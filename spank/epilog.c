@@ -26,6 +26,7 @@
 #include "staging.h"
 #include "stagehand/local.h"
 #include "rmtree.h"
+#include "stagehand/cache.h"
 #include "stagehand/status.h"
 
 /* Epilog: stop the detached agent recorded in @name under @rfd, if that very
@@ -159,8 +160,6 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     uint32_t jobid = 0;
     int rfd;
 
-    (void)ac;
-    (void)av;
     if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
         return 0;
     /* A staging of this job still running here is stopped, then waited
@@ -182,6 +181,14 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     snprintf(name, sizeof(name), "%u", jobid);
     remove_runtime_entry(rfd, jobid, name);
     close(rfd);
+    /* The job's links into the node image cache: its references go. */
+    {
+        const struct sh_config *cfg = sh_plugin_load_config(ac, av);
+
+        if (cfg != NULL && cfg->cache[0] != '\0' && sh_cache_job_remove(cfg->cache, jobid) != 0)
+            slurm_error("stagehand: job %u: cannot remove its cache directory: %s", jobid,
+                        strerror(errno));
+    }
     return 0;
 }
 

@@ -58,13 +58,10 @@ static void __attribute__((noreturn, format(printf, 2, 3))) child_fail(int fd, c
     _exit(1);
 }
 
-/* Child, as the job user: every image current and claimed, or exit 1 with
- * the reason on @fd. */
-static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
-                                                  const struct sh_stage_job *job,
-                                                  const struct sh_spec_set *set,
-                                                  const char *rundir, const gid_t *groups,
-                                                  int ngroups, int fd)
+/* Child: become the job user (groups, gid, uid, verified) with no
+ * descriptor but @fd and stdio, or exit 1 with the reason on @fd. */
+static void become_user(const struct sh_stage_job *job, const gid_t *groups, int ngroups,
+                        int fd)
 {
     /* No descriptor but @fd and stdio: a check stuck on a hung filesystem
      * must not keep the job's staging lock (joblock.c) held. */
@@ -78,6 +75,31 @@ static void __attribute__((noreturn)) check_child(const struct sh_config *cfg,
     if (getuid() != job->uid || geteuid() != job->uid || getegid() != job->gid ||
         (job->uid != 0 && setuid(0) == 0))
         child_fail(fd, "privilege drop to uid %u did not take", (unsigned)job->uid);
+}
+
+/* What a check child does once it is the job user: write its answer to @fd
+ * and _exit(0), or child_fail. */
+struct user_check {
+    const struct sh_config *cfg;
+    const struct sh_stage_job *job;
+    const struct sh_spec_set *set;
+    const char *rundir;
+    /* sh_local_src_match: the images to probe and the identities to match */
+    size_t n;
+    const char *const *srcs;
+    const struct sh_src_id *ids;
+    void (*run)(const struct user_check *c, int fd); /* never returns */
+};
+
+/* Child, as the job user: every image current and claimed, or exit 1 with
+ * the reason on @fd. */
+static void __attribute__((noreturn)) check_current(const struct user_check *c, int fd)
+{
+    const struct sh_config *cfg = c->cfg;
+    const struct sh_stage_job *job = c->job;
+    const struct sh_spec_set *set = c->set;
+    const char *rundir = c->rundir;
+
     for (size_t i = 0; i < sh_spec_set_count(set); i++) {
         const char *src = sh_spec_set_src(set, i), *dst = sh_spec_set_dst(set, i);
         char dir[PATH_MAX], why[1024], claim[2 * PATH_MAX + 128], who[32], their[PATH_MAX];
@@ -137,17 +159,88 @@ static gid_t *user_groups(const char *user, gid_t gid, int *n)
     return NULL;
 }
 
+/* Run @c's check in a child forked as the job user, bounded
+ * (LOCAL_CHECK_TIMEOUT_MS): what it wrote into @out (@outlen bytes,
+ * NUL-terminated). True when it exited 0. */
+static bool user_check_run(const struct user_check *c, char *out, size_t outlen)
+{
+    const struct sh_stage_job *job = c->job;
+    gid_t *groups = NULL;
+    int ngroups = 0, p[2] = { -1, -1 }, wstatus = 0;
+    int64_t deadline = sh_now_ns() + LOCAL_CHECK_TIMEOUT_MS * SH_NS_PER_MS;
+    size_t got = 0;
+    bool ok = false;
+    pid_t pid;
+
+    out[0] = '\0';
+    groups = user_groups(job->user, job->gid, &ngroups);
+    if (groups == NULL) {
+        snprintf(out, outlen, "cannot list the groups of %s", job->user);
+        return false;
+    }
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        snprintf(out, outlen, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    pid = fork();
+    if (pid < 0) {
+        snprintf(out, outlen, "fork: %s", strerror(errno));
+        goto out;
+    }
+    if (pid == 0) {
+        close(p[0]);
+        become_user(job, groups, ngroups, p[1]);
+        c->run(c, p[1]);
+        _exit(1);
+    }
+    close(p[1]);
+    p[1] = -1;
+    /* The child's answer, until it exits (EOF) or the check times out. */
+    for (;;) {
+        int ms = sh_poll_ms_until(deadline);
+        struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+        ssize_t n;
+
+        if (ms == 0) {
+            kill(pid, SIGKILL);
+            snprintf(out, outlen, "no answer within %d ms", LOCAL_CHECK_TIMEOUT_MS);
+            waitpid(pid, &wstatus, WNOHANG);
+            goto out;
+        }
+        if (poll(&pfd, 1, ms) <= 0)
+            continue;
+        n = read(p[0], out + got, outlen - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == outlen - 1)
+            break;
+    }
+    out[got] = '\0';
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+        ;
+    ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    if (!ok && out[0] == '\0')
+        snprintf(out, outlen, "the check ended with status %d", wstatus);
+out:
+    for (int i = 0; i < 2; i++)
+        if (p[i] >= 0)
+            close(p[i]);
+    free(groups);
+    return ok;
+}
+
 bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
                       struct sh_status *st)
 {
     char rundir[128], why[1024], err[256];
     struct sh_spec_set *set;
-    gid_t *groups = NULL;
-    int ngroups = 0, p[2] = { -1, -1 }, wstatus = 0;
-    int64_t t0 = sh_now_ns(), deadline = t0 + LOCAL_CHECK_TIMEOUT_MS * SH_NS_PER_MS;
-    size_t got = 0;
+    int64_t t0 = sh_now_ns();
     bool current = false;
-    pid_t pid;
+    struct user_check c = { .cfg = cfg, .job = job, .rundir = rundir,
+                            .run = check_current };
 
     /* The job prolog only: a job step's slurmstepd on a node whose tasks end
      * first would end the detached agent with the step, while other nodes
@@ -157,6 +250,7 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
     set = sh_spec_set_deserialize(job->spec, err, sizeof(err));
     if (set == NULL)
         return false;
+    c.set = set;
     why[0] = '\0';
     if (sh_rundir_make(SH_RUNTIME_DIR, job->jobid, job->stepid, job->uid, job->gid, rundir,
                        sizeof(rundir)) != 0) {
@@ -166,53 +260,7 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
     if (sh_rundir_limit(rundir, job->uid, job->gid) != 0)
         slurm_error("stagehand: job %u: cannot mount a tmpfs on %s: %s (the job user can "
                     "fill the file system under it)", job->jobid, rundir, strerror(errno));
-    groups = user_groups(job->user, job->gid, &ngroups);
-    if (groups == NULL) {
-        snprintf(why, sizeof(why), "cannot list the groups of %s", job->user);
-        goto out;
-    }
-    if (pipe2(p, O_CLOEXEC) != 0) {
-        snprintf(why, sizeof(why), "pipe: %s", strerror(errno));
-        goto out;
-    }
-    pid = fork();
-    if (pid < 0) {
-        snprintf(why, sizeof(why), "fork: %s", strerror(errno));
-        goto out;
-    }
-    if (pid == 0) {
-        close(p[0]);
-        check_child(cfg, job, set, rundir, groups, ngroups, p[1]);
-    }
-    close(p[1]);
-    p[1] = -1;
-    /* The child's reason, until it exits (EOF) or the check times out. */
-    for (;;) {
-        int ms = sh_poll_ms_until(deadline);
-        struct pollfd pfd = { .fd = p[0], .events = POLLIN };
-        ssize_t n;
-
-        if (ms == 0) {
-            kill(pid, SIGKILL);
-            snprintf(why, sizeof(why), "no answer within %d ms", LOCAL_CHECK_TIMEOUT_MS);
-            waitpid(pid, &wstatus, WNOHANG);
-            goto out;
-        }
-        if (poll(&pfd, 1, ms) <= 0)
-            continue;
-        n = read(p[0], why + got, sizeof(why) - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        if (got == sizeof(why) - 1)
-            break;
-    }
-    why[got] = '\0';
-    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
-        ;
-    current = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+    current = user_check_run(&c, why, sizeof(why));
     if (current) {
         double secs = (double)(sh_now_ns() - t0) / 1e9;
 
@@ -225,17 +273,55 @@ bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *jo
                      sh_spec_set_dst(set, i), job->nodename, secs);
             sh_status_add_summary(st, line);
         }
-    } else if (why[0] == '\0') {
-        snprintf(why, sizeof(why), "the check ended with status %d", wstatus);
     }
 out:
     if (!current)
         slurm_debug("stagehand: job %u: not current on this node, the agents decide: %s",
                     job->jobid, why);
-    for (int i = 0; i < 2; i++)
-        if (p[i] >= 0)
-            close(p[i]);
-    free(groups);
     sh_spec_set_free(set);
     return current;
+}
+
+/* Child, as the job user: for each source, '1' when the user can read it
+ * now and its identity (size, mtime, ctime: doc/design.md §2 step 4) is the
+ * recorded one, else '0'. */
+static void __attribute__((noreturn)) check_sources(const struct user_check *c, int fd)
+{
+    char answer[SH_SPEC_MAX_IMAGES];
+
+    for (size_t i = 0; i < c->n && i < sizeof(answer); i++) {
+        struct sh_src_id id;
+        char why[1024];
+        const struct sh_src_id *want = &c->ids[i];
+
+        answer[i] = sh_src_probe(c->srcs[i], &id, why, sizeof(why)) == 0 &&
+                            id.size == want->size && id.mtime.sec == want->mtime.sec &&
+                            id.mtime.nsec == want->mtime.nsec &&
+                            id.ctime.sec == want->ctime.sec &&
+                            id.ctime.nsec == want->ctime.nsec
+                        ? '1'
+                        : '0';
+    }
+    if (write(fd, answer, c->n) != (ssize_t)c->n)
+        _exit(1);
+    _exit(0);
+}
+
+int sh_local_src_match(const struct sh_stage_job *job, size_t n, const char *const *srcs,
+                       const struct sh_src_id *ids, bool *match)
+{
+    char out[SH_SPEC_MAX_IMAGES + 1024];
+    struct user_check c = { .job = job, .n = n, .srcs = srcs, .ids = ids,
+                            .run = check_sources };
+
+    if (n > SH_SPEC_MAX_IMAGES)
+        return -1;
+    if (!user_check_run(&c, out, sizeof(out)) || strlen(out) != n) {
+        slurm_debug("stagehand: job %u: the source check as %s: %s", job->jobid, job->user,
+                    out);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        match[i] = out[i] == '1';
+    return 0;
 }

@@ -146,6 +146,9 @@ struct sh_agent_result {
     bool node_fault;
     char message[SH_STATUS_LINE_MAX];
     struct sh_status status;
+    /* "cache=<img> <digest> <identity>": image <img>'s new copy for the
+     * node image cache (cache_job.c), NULL when none */
+    char *cache_report[SH_SPEC_MAX_IMAGES];
 };
 
 static void parse_output_line(char *line, struct sh_agent_result *res)
@@ -165,6 +168,16 @@ static void parse_output_line(char *line, struct sh_agent_result *res)
         snprintf(res->message, sizeof(res->message), "%s", value);
     } else if (strcmp(key, SH_AGENT_OUT_SUMMARY) == 0) {
         sh_status_add_summary(&res->status, value);
+    } else if (strcmp(key, SH_AGENT_OUT_CACHE) == 0) {
+        char *sp = strchr(value, ' ');
+        uint64_t img;
+
+        if (sp != NULL) {
+            *sp = '\0';
+            if (sh_parse_u64(value, &img) == 0 && img < SH_SPEC_MAX_IMAGES &&
+                res->cache_report[img] == NULL)
+                res->cache_report[img] = strdup(sp + 1);
+        }
     } else if (strcmp(key, SH_AGENT_OUT_LOG) == 0) {
         slurm_info("%s", value);
     } else if (strcmp(key, SH_AGENT_OUT_DEBUG) == 0) {
@@ -340,6 +353,8 @@ static void fill_images(struct sh_status *st, const char *spec)
         sh_status_add_image(st, sh_spec_set_dst(set, i));
     sh_spec_set_free(set);
 }
+
+static void staging_decide(struct sh_staging *s, int ac, char **av);
 
 /* The outcome of this process's staging: ~0.6 MiB, not on the stack. */
 static struct sh_agent_result agent_res;
@@ -551,7 +566,36 @@ static void staging_run_agent(struct sh_staging *s, int ac, char **av)
     }
 }
 
+/* The node image cache's part after the decision: adopt new copies, then
+ * seal the job's directory. */
+static void staging_cache_end(struct sh_staging *s)
+{
+    struct sh_agent_result *res = s->res;
+
+    if (res->have_result && res->ok && !s->local_current &&
+        sh_cache_stage_adopt(s->cfg, s->job, res->cache_report, res->message,
+                             sizeof(res->message)) != 0)
+        res->ok = false;
+    sh_cache_stage_end(s->cfg, s->job);
+    for (size_t i = 0; i < SH_SPEC_MAX_IMAGES; i++) {
+        free(res->cache_report[i]);
+        res->cache_report[i] = NULL;
+    }
+}
+
 void sh_staging_decide(struct sh_staging *s, int ac, char **av)
+{
+    struct sh_agent_result *res = s->res;
+    const struct sh_stage_job *job = s->job;
+
+    if (sh_cache_stage_prepare(s->cfg, job, res->message, sizeof(res->message)) != 0)
+        return;
+    staging_decide(s, ac, av);
+    staging_cache_end(s);
+}
+
+/* The local check, else the agents. */
+static void staging_decide(struct sh_staging *s, int ac, char **av)
 {
     struct sh_agent_result *res = s->res;
     const struct sh_stage_job *job = s->job;
@@ -622,10 +666,27 @@ static int staging_handed_over(struct sh_staging *s, pid_t stager)
     return 0;
 }
 
-int sh_stage_run(const struct sh_stage_job *job, int ac, char **av)
+int sh_stage_run(const struct sh_stage_job *job_in, int ac, char **av)
 {
+    static struct sh_stage_job job_cache;
     struct sh_staging *s = &staging;
-    int rc = staging_begin(s, job);
+    const struct sh_stage_job *job = job_in;
+    char err[512];
+    const char *spec = sh_cache_job_spec(sh_plugin_load_config(ac, av), job_in, err,
+                                         sizeof(err));
+    int rc;
+
+    /* cache=: the job's images for the cache in their job form, for the
+     * staging and for the status (STAGEHAND_IMAGE) alike */
+    if (spec != NULL && spec != job_in->spec) {
+        job_cache = *job_in;
+        job_cache.spec = spec;
+        job = &job_cache;
+    } else if (spec == NULL) {
+        slurm_error("stagehand: job %u: the job's images for the cache: %s", job_in->jobid,
+                    err);
+    }
+    rc = staging_begin(s, job);
 
     if (rc <= 0)
         return rc;

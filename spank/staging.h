@@ -150,6 +150,36 @@ void sh_sentinel_become(const struct sh_config *cfg, const struct sh_stage_job *
 bool sh_local_current(const struct sh_config *cfg, const struct sh_stage_job *job,
                       struct sh_status *st);
 
+/* Job user's proof for the node image cache (stagehand/cache.h): a child
+ * forked as @job's user probes each of the @n sources @srcs (sh_src_probe:
+ * the user can read it now) and compares its identity with @ids[i], the
+ * identity root's record of a cache entry holds; @match[i] says whether it
+ * is the same. Bounded like the local check. Returns 0, or -1 when the
+ * child gave no answer (nothing matches then). */
+struct sh_src_id;
+int sh_local_src_match(const struct sh_stage_job *job, size_t n, const char *const *srcs,
+                       const struct sh_src_id *ids, bool *match);
+
+/* ---- cache_job.c ---------------------------------------------------- */
+
+/* @job's spec with its cache images in the job form (stagehand/cache.h), a
+ * string of cache_job.c's that lives until the next call; @job->spec itself
+ * without cache=; NULL with the reason in @err. No I/O. */
+const char *sh_cache_job_spec(const struct sh_config *cfg, const struct sh_stage_job *job,
+                              char *err, size_t errlen);
+/* Before the staging's decision, as root: the cache's and the job's
+ * directories, and links of the entries whose sources the job user proves
+ * to be theirs. Returns 0, or -1 with the user's message in @err. */
+int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
+                           char *err, size_t errlen);
+/* After a successful agent: adopt each new copy with its report
+ * (@reports[i]: "<digest> <identity>" from the agent, or NULL). Returns 0, or
+ * -1 with the message for the user in @msg (the copy is gone). */
+int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job *job,
+                         char *const *reports, char *msg, size_t msglen);
+/* At the staging's end: seal the job's cache directory (0500). */
+void sh_cache_stage_end(const struct sh_config *cfg, const struct sh_stage_job *job);
+
 /* ---- step.c --------------------------------------------------------- */
 
 /* Does slurmctld still know job @jobid as running, not ending? True when it

@@ -22,6 +22,7 @@
 
 #include "internal.h"
 #include "stagehand/ref.h"
+#include "stagehand/cache.h"
 
 /* sbatch and salloc copy their job-control environment into the job's
  * environment with a "SLURM_SPANK_" prefix (Slurm 22.05 _set_spank_env()).
@@ -133,6 +134,13 @@ int sh_submit_option(const char *value)
                               sizeof(dir)) != 0) {
         user_error(value, "cannot form the default destination for user "
                    "'%s': %s", user, strerror(errno));
+        return -1;
+    }
+    /* cache=: an image without DST goes to the node image cache (its job
+     * form is made on the node, stagehand/cache.h) */
+    if (sh_plugin.config.cache[0] != '\0' &&
+        sh_cache_submit_dir(sh_plugin.config.cache, dir, sizeof(dir)) != 0) {
+        user_error(value, "cache=%s: %s", sh_plugin.config.cache, strerror(errno));
         return -1;
     }
     if (inside_allocation()) {

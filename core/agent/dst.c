@@ -162,7 +162,8 @@ static void dst_digest(const struct agent *a, const char *dst, int64_t since, ch
  * report's (NULL elsewhere, or without one). Returns 0, or -1 after
  * set_failure(). */
 int verify_copy_digest(struct agent *a, const char *dst, const char *reader_digest,
-                       bool copied, int64_t since, char *buf, size_t buflen, int *len)
+                       bool copied, int64_t since, char *buf, size_t buflen, int *len,
+                       char *ref_out)
 {
     char ref[SH_HASH_HEX_LEN], mine[SH_HASH_HEX_LEN];
     unsigned char *got = NULL;
@@ -188,6 +189,7 @@ int verify_copy_digest(struct agent *a, const char *dst, const char *reader_dige
         ref[0] = '\0';
     }
     free(got);
+    snprintf(ref_out, SH_HASH_HEX_LEN, "%s", ref);
     if (!copied || ref[0] == '\0' || mine[0] == '\0' || strcmp(ref, mine) == 0)
         return 0;
     {

@@ -25,6 +25,7 @@
 #include "outcome.h"
 #include "staging.h"
 #include "stagehand/bcast.h"
+#include "stagehand/cache.h"
 #include "stagehand/clock.h"
 #include "stagehand/local.h"
 #include "stagehand/log.h"
@@ -46,6 +47,7 @@ struct image_run {
     bool leader_cause;          /* leader: the engine's report says why */
     bool source_fault;          /* leader: only the source failed */
     bool copied;                /* this node ran the engine and it succeeded */
+    char ref[SH_HASH_HEX_LEN];  /* the reader's digest, over the control plane */
     char faulty[256];           /* leader: node indices at fault ("i,j") */
     struct sh_engine_report rep;    /* leader: the engine's report */
     bool have_rep;
@@ -456,7 +458,7 @@ static int step_engine(struct agent *a, struct image_run *r)
         r->copied = r->mypos != UINT32_MAX;
     }
     return verify_copy_digest(a, r->dst, r->have_rep ? r->rep.digest : NULL, r->copied,
-                              engine_start, r->buf, sizeof(r->buf), &r->len);
+                              engine_start, r->buf, sizeof(r->buf), &r->len, r->ref);
 }
 
 /* Leader: every node's "fail ..." report once, and the nodes that never
@@ -543,12 +545,27 @@ static void results_merge(const struct agent *a, const struct sh_ctl_result *res
     r->len = (int)(o < sizeof(r->buf) ? o : sizeof(r->buf) - 1);
 }
 
+/* A new copy of this node's for the node image cache: the reader's digest
+ * and the source's identity go to the plugin, whose stagehand-cache adopts
+ * the copy only if its own digest of it is this one (stagehand/cache.h). */
+static void cache_report(struct agent *a, const struct image_run *r)
+{
+    char id[SH_STATUS_LINE_MAX];
+
+    if (!r->copied || r->ref[0] == '\0' || a->cfg.cache[0] == '\0' ||
+        sh_cache_dst_kind(a->cfg.cache, r->dst, NULL) != SH_CACHE_DST_JOB)
+        return;
+    sh_src_encode(id, sizeof(id), 1, &r->id, NULL);
+    sh_kv_putf(a->out, SH_AGENT_OUT_CACHE, "%zu %s %s", r->img, r->ref, id);
+}
+
 /* This node's share of the image's outcome @text (the leader's). */
 static void outcome_apply(struct agent *a, const struct image_run *r, char *text)
 {
     if (strncmp(text, "ok ", 3) == 0) {
         sh_kv_put(a->out, SH_AGENT_OUT_SUMMARY, text + 3);
         sh_info("stage", "%s", text + 3);
+        cache_report(a, r);
     } else if (strncmp(text, "failu ", 6) == 0) {
         set_failure(a, a->own_fault, "image %s: %s", r->dst, text + 6);
     } else if (strncmp(text, "failx ", 6) == 0) {

@@ -29,6 +29,7 @@
 
 #include "stage.h"
 #include "staging.h"
+#include "stagehand/cache.h"
 #include "stagehand/clock.h"
 #include "stagehand/local.h"
 #include "stagehand/log.h"
@@ -378,8 +379,19 @@ int sh_agent_prolog_main(void)
         goto done;
     }
     for (size_t i = 0; i < sh_spec_set_count(a.specs); i++) {
-        if (sh_config_check_dest(&a.cfg, sh_spec_set_dst(a.specs, i), err, sizeof(err)) != 0) {
+        const char *dst = sh_spec_set_dst(a.specs, i);
+        uint64_t owner = 0;
+
+        if (sh_config_check_dest(&a.cfg, dst, err, sizeof(err)) != 0) {
             set_failure(&a, false, "--stage-image: %s", err);
+            goto done;
+        }
+        /* the cache: only this job's own directory there (stagehand/cache.h) */
+        if (a.cfg.cache[0] != '\0' &&
+            sh_cache_dst_kind(a.cfg.cache, dst, &owner) != SH_CACHE_DST_NONE &&
+            (sh_cache_dst_kind(a.cfg.cache, dst, NULL) != SH_CACHE_DST_JOB ||
+             owner != a.in.jobid)) {
+            set_failure(&a, false, "--stage-image: %s: not this job's place in the cache", dst);
             goto done;
         }
     }

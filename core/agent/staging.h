@@ -136,7 +136,8 @@ bool marker_foreign(const struct agent *a, size_t img, const char *dir, char *wh
 void claim_write(const struct agent *a, size_t img, const char *dst, const char *text, int n);
 void sweep_own_temps(const struct agent *a, const char *dst);
 int verify_copy_digest(struct agent *a, const char *dst, const char *reader_digest,
-                       bool copied, int64_t since, char *buf, size_t buflen, int *len);
+                       bool copied, int64_t since, char *buf, size_t buflen, int *len,
+                       char *ref_out);
 
 /* launch.c: run the engine for image @img on the participants @part
  * (node 0 first; this node is @part[mypos]). Returns 0, or -1 with @err set

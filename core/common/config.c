@@ -1,6 +1,7 @@
 /* plugstack.conf arguments; see include/stagehand/config.h. */
 #include "config.h"
 #include "stagehand/config.h"
+#include "stagehand/cache.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -400,6 +401,13 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
         return set_command(a, cfg->resolver, sizeof(cfg->resolver), "rRptd", false);
     case 26:
         return set_command(a, cfg->importer, sizeof(cfg->importer), "rRptdo", true);
+    case 27:
+        if (parse_path(a, cfg->cache, sizeof(cfg->cache)) != 0)
+            return -1;
+        if (strcmp(cfg->cache, "/") == 0)
+            return bad(a, EINVAL, "'/' cannot be the cache: name a directory of its own "
+                       "on the node's local disk, e.g. /nvme/stagehand-cache");
+        return 0;
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -413,8 +421,29 @@ static const char *const keys[] = {
     "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
     "dest_dir_mode", "pml", "allowed_registries", "default_registry", "resolver",
     "importer",
+    "dest_dir_mode", "pml", "cache",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+/* cache= may lie under an allowed root (sh_config_check_dest keeps users'
+ * explicit DSTs out of it) but must not be one or hold one: the cache's
+ * root-owned entries must never be in a user's destination directory. */
+static int check_cache(const struct sh_config *cfg, char *err, size_t errlen)
+{
+    struct arg a = { "cache", cfg->cache, err, errlen };
+
+    if (cfg->cache[0] == '\0')
+        return 0;
+    for (size_t i = 0; i < cfg->n_allowed_dest; i++) {
+        const char *r = cfg->allowed_dest[i];
+
+        if (strcmp(r, cfg->cache) == 0 || sh_spec_path_is_under(r, cfg->cache))
+            return bad(&a, EINVAL, "the cache must not be or hold allowed_dest's %s (users "
+                       "write there; the cache is root's): give it a directory of its own, "
+                       "e.g. %s/stagehand-cache", r, r);
+    }
+    return 0;
+}
 
 /* Checks that involve several keys. */
 static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
@@ -443,6 +472,8 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
         errno = ERANGE;
         return -1;
     }
+    if (check_cache(cfg, err, errlen) != 0)
+        return -1;
     if (!seen[1] &&
         (size_t)snprintf(cfg->default_dest, sizeof(cfg->default_dest),
                          "%s/stage/%%u", cfg->allowed_dest[0]) >=
@@ -455,6 +486,8 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
     if (sh_config_default_dir(cfg, "user", dir, sizeof(dir)) != 0)
         return bad(&a, errno == ENAMETOOLONG ? ERANGE : EINVAL,
                    "not a valid path once %%u is expanded");
+    if (cfg->cache[0] != '\0' && sh_spec_path_is_under(dir, cfg->cache))
+        return bad(&a, EINVAL, "must not lie inside cache=%s", cfg->cache);
     if (sh_config_allowed_root(cfg, dir) == NULL) {
         char show[SHOW_MAX];
 
@@ -583,6 +616,8 @@ int sh_config_default_fixed(const struct sh_config *cfg, char *out, size_t outle
 const char *sh_config_allowed_root(const struct sh_config *cfg,
                                    const char *dst)
 {
+    if (cfg->cache[0] != '\0' && sh_cache_dst_kind(cfg->cache, dst, NULL) != SH_CACHE_DST_NONE)
+        return cfg->cache;
     for (size_t i = 0; i < cfg->n_allowed_dest; i++)
         if (sh_spec_path_is_under(dst, cfg->allowed_dest[i]))
             return cfg->allowed_dest[i];
@@ -615,6 +650,14 @@ int sh_config_check_dest(const struct sh_config *cfg, const char *dst,
                 "stagehand's own temporary, lock and metadata files; choose "
                 "another name", sh_spec_display(dst, show, sizeof(show)));
         errno = EINVAL;
+        return -1;
+    }
+    if (cfg->cache[0] != '\0' && sh_spec_path_is_under(dst, cfg->cache) &&
+        sh_cache_dst_kind(cfg->cache, dst, NULL) == SH_CACHE_DST_NONE) {
+        sh_errf(err, errlen, "destination '%s' is inside the node image cache %s, which "
+                "is stagehand's own: give the image without a destination to use the "
+                "cache", sh_spec_display(dst, show, sizeof(show)), cfg->cache);
+        errno = EACCES;
         return -1;
     }
     if (sh_config_allowed_root(cfg, dst) != NULL)

@@ -1,6 +1,7 @@
 /* This node's part of a staging decision: stagehand/local.h. */
 #include "config.h"
 #include "stagehand/local.h"
+#include "stagehand/cache.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -276,7 +277,9 @@ int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, 
         snprintf(why, whylen, "destination %s is not under an allowed directory", dst);
         return -1;
     }
-    fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* O_PATH: the walk needs search permission only (the node image cache's
+     * directories are 0711: not listable, stagehand/cache.h) */
+    fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(why, whylen, "allowed directory %s: %s", root, strerror(errno));
         return -1;
@@ -345,7 +348,7 @@ int sh_dest_check_path(const struct sh_config *cfg, uid_t uid, const char *dst, 
                      sofar, (unsigned)(sb.st_mode & 07777));
             break;
         }
-        nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        nfd = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0) {
             snprintf(why, whylen, "destination %s: %s: %s", dst, sofar,
                      errno == ELOOP ? "is a symbolic link" : strerror(errno));
@@ -417,6 +420,8 @@ enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *ds
 
     if (sh_dest_check_path(cfg, uid, dst, why, whylen) != 0)
         return SH_VOTE_ERROR;
+    c.cache_entry = cfg->cache[0] != '\0' &&
+                    sh_cache_dst_kind(cfg->cache, dst, NULL) == SH_CACHE_DST_JOB;
     snprintf(why, whylen, "needs a copy");
     if (check == SH_CHECK_NEVER || check == SH_CHECK_CONTENT)
         return SH_VOTE_NEED;

@@ -353,6 +353,8 @@ int sh_meta_dst_current(int dirfd, const char *name, int fd, const struct stat *
     if (!sh_meta_is_current(c->check, c->src, st, c->uid, c->have_rec ? &c->rec : NULL, dig,
                             &c->why))
         return 0;
+    if (c->cache_entry && st->st_uid == 0)
+        return 1;
     want = sh_copy_mode(c->src->mode, c->umask_bits, st->st_gid == c->src->gid);
     rc = fd >= 0 ? sh_publish_tighten(fd, st, want) : -1;
     c->tightened = rc == 1;

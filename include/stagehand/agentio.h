@@ -24,6 +24,9 @@
  *   result=ok|fail
  *   fault=none|user|node              (who is to blame for a failure)
  *   message=<one line for the user: node, image, phase, reason>
+ *   cache=<img> <digest> <identity>  (image <img>'s new copy on this node is
+ *                                     for the node image cache: the reader's
+ *                                     digest, SRC's identity as sh_src_encode)
  */
 #ifndef STAGEHAND_AGENTIO_H
 #define STAGEHAND_AGENTIO_H
@@ -60,6 +63,7 @@
 #define SH_AGENT_OUT_RESULT  "result"
 #define SH_AGENT_OUT_FAULT   "fault"
 #define SH_AGENT_OUT_MESSAGE "message"
+#define SH_AGENT_OUT_CACHE   "cache"
 /* "phase=user": the agent has become the job user; a death without a result
  * after it may be the user's doing (a signal), not the node's. */
 #define SH_AGENT_OUT_PHASE   "phase"

@@ -38,6 +38,10 @@
  * hash            xxh3 | sha256                             xxh3
  * mpi_env         absolute path of a file of OMPI_MCA_* /   (none)
  *                 UCX_* settings for the engine
+ * cache           absolute directory of the node image      (none: off)
+ *                 cache (stagehand/cache.h); images given
+ *                 without DST are staged into it; neither
+ *                 under nor above an allowed root
  * pml             ob1 | ucx | auto: the engine's Open MPI   ob1
  *                 point-to-point layer (sh_config_pml_env)
  * on_node_fault   fail | drain                              fail
@@ -118,6 +122,7 @@ struct sh_config {
     char default_registry[256];  /* "" = none */
     char resolver[SH_CONFIG_LIST_MAX];
     char importer[SH_CONFIG_LIST_MAX];
+    char cache[SH_CONFIG_ROOT_MAX]; /* node image cache, normalised; "" = off */
 };
 
 /* Fill @cfg with the defaults of the table above (allowed_dest empty,
@@ -148,7 +153,9 @@ int sh_config_default_dir(const struct sh_config *cfg, const char *user,
 int sh_config_default_fixed(const struct sh_config *cfg, char *out, size_t outlen);
 
 /* The allowed root that the normalised absolute @dst lies strictly under
- * (component-wise: "/nvme2/x" is not under "/nvme"), or NULL. */
+ * (component-wise: "/nvme2/x" is not under "/nvme"), or NULL. A DST of the
+ * node image cache (stagehand/cache.h: "<cache>/job/..."), when a cache is
+ * set, has the cache directory as its root. */
 const char *sh_config_allowed_root(const struct sh_config *cfg,
                                    const char *dst);
 

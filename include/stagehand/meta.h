@@ -122,6 +122,10 @@ struct sh_dst_check {
     int sidecar;
     int tightened;
     const char *why;
+    /* DST is a link of a node image cache entry (stagehand/cache.h): root's,
+     * 0444, reached only through the job user's own directory; its mode is
+     * not the source's and is never tightened */
+    int cache_entry;
 };
 
 /* Is DST @name in @dirfd current (@st: its lstat, NULL when missing; @fd: it

@@ -6,6 +6,7 @@
 : "${SLURM_CONF:?run under tests/run.sh or after: eval \"\$(contrib/minicluster/minicluster env)\"}"
 : "${MINICLUSTER_USER:?}"
 : "${MINICLUSTER_OTHER_USER:=shother}"
+: "${MINICLUSTER_THIRD_USER:=shthird}"
 # The cluster's shared file system (login side and every node); one per
 # instance, so that two clusters can be up at once.
 : "${MINICLUSTER_SHARED:=/shared}"
@@ -28,6 +29,8 @@ run_as() {
 # Run a command as the second unprivileged user (MINICLUSTER_OTHER_USER, the
 # other party of the security tests), like as_user.
 as_other() { run_as "$MINICLUSTER_OTHER_USER" "$@"; }
+# ... and as the third (MINICLUSTER_THIRD_USER: the node image cache's tests).
+as_third() { run_as "$MINICLUSTER_THIRD_USER" "$@"; }
 
 # Run a command inside node $1's namespaces (as root unless wrapped).
 on_node() {
@@ -59,6 +62,13 @@ on_node_as_other() {
     local node=$1
     shift
     "$MINICLUSTER" exec "$node" -- runuser -u "$MINICLUSTER_OTHER_USER" -- "$@"
+}
+
+# ... and as the third user.
+on_node_as_third() {
+    local node=$1
+    shift
+    "$MINICLUSTER" exec "$node" -- runuser -u "$MINICLUSTER_THIRD_USER" -- "$@"
 }
 
 # Wait until every node is idle again (after jobs end); fails on a drained node.

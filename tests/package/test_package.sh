@@ -153,6 +153,7 @@ step_check() {
 
     listing=$(dpkg-query -L "$pkg")
     for f in "$plugin" "$agent" "$engine" "$pmixmod" /usr/sbin/stagehand-keygen \
+        /usr/sbin/stagehand-cache /usr/share/man/man8/stagehand-cache.8.gz \
         /usr/share/man/man8/stagehand.8.gz /usr/share/man/man1/stagehand-bcast.1.gz \
         /usr/share/man/man8/stagehand-keygen.8.gz \
         /etc/slurm/plugstack.conf.d/stagehand.conf \
@@ -210,7 +211,7 @@ step_check() {
 
     # Man pages render without warnings and name the installed paths.
     for m in /usr/share/man/man8/stagehand.8.gz /usr/share/man/man1/stagehand-bcast.1.gz \
-        /usr/share/man/man8/stagehand-keygen.8.gz; do
+        /usr/share/man/man8/stagehand-keygen.8.gz /usr/share/man/man8/stagehand-cache.8.gz; do
         text=$(LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$m" 2>"$out/man.err") || true
         if [ -s "$out/man.err" ] || [ "$(wc -l <<<"$text")" -lt 20 ]; then
             bad "man -l $m: $(head -5 "$out/man.err")"
@@ -234,10 +235,10 @@ step_check() {
     local keys=(allowed_dest default_dest key_file agent engine port_base port_range fanout
         segment_size pipeline_depth timeout check hash mpi_env on_node_fault
         submit_check verbose allow_shared_dst stall_timeout join_timeout read_ahead dest_dir_mode pml
-        allowed_registries default_registry resolver importer)
+        allowed_registries default_registry resolver importer cache)
     for k in "${keys[@]}"; do
         grep -qF "\"$k\"" "$top/core/common/config.c" || bad "key $k is not in core/common/config.c any more"
-        if grep -qE "^# $k " "$conf" && { case $k in mpi_env | allowed_registries | default_registry) true ;; *) false ;; esac || grep -qE "(^| )$k=" <<<"$full"; }; then
+        if grep -qE "^# $k " "$conf" && { case $k in mpi_env | allowed_registries | default_registry | cache) true ;; *) false ;; esac || grep -qE "(^| )$k=" <<<"$full"; }; then
             ok "$conf documents $k"
         else
             bad "$conf does not document $k"

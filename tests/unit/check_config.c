@@ -373,6 +373,47 @@ START_TEST(sizes_with_units)
 }
 END_TEST
 
+/* cache=: apart from every allowed root; its job directories are DSTs with
+ * the cache as their root, its entries never are. */
+START_TEST(cache_key)
+{
+    struct sh_config cfg;
+    char err[1024] = "";
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme/stage", NULL, NULL), 0);
+    ck_assert_str_eq(cfg.cache, "");
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme/stage",
+                           "cache=/nvme//stagehand-cache/", NULL), 0);
+    ck_assert_str_eq(cfg.cache, "/nvme/stagehand-cache");
+    ck_assert_str_eq(sh_config_allowed_root(&cfg, "/nvme/stagehand-cache/job/7/a.sqsh"),
+                     "/nvme/stagehand-cache");
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/stagehand-cache/job/a.sqsh", err,
+                                          sizeof(err)), 0);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/stagehand-cache/entries/k-1", err,
+                                          sizeof(err)), -1);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/stagehand-cache/x", err,
+                                          sizeof(err)), -1);
+    /* inside an allowed root: users' explicit DSTs stay out of it */
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/nvme/c",
+                           NULL), 0);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/c/entries/k-1", err, sizeof(err)), -1);
+    ck_assert_ptr_nonnull(strstr(err, "node image cache"));
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/c/job/5/a", err, sizeof(err)), 0);
+    ck_assert_int_eq(sh_config_check_dest(&cfg, "/nvme/other", err, sizeof(err)), 0);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/nvme",
+                           NULL), -1);
+    ck_assert_ptr_nonnull(strstr(err, "must not be or hold"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/nvme/stage",
+                           NULL), -1);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme/c/x", "cache=/nvme/c",
+                           NULL), -1);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/", NULL),
+                     -1);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=rel", NULL),
+                     -1);
+}
+END_TEST
+
 /* Component-wise policy: /nvme2 is not under /nvme. */
 START_TEST(dest_policy)
 {
@@ -529,6 +570,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, sizes_with_units);
     tcase_add_test(tc, registry_defaults);
     tcase_add_test(tc, dest_policy);
+    tcase_add_test(tc, cache_key);
     tcase_add_test(tc, default_dir);
     tcase_add_test(tc, read_ahead_and_depth);
     tcase_add_test(tc, dest_dir_mode_key);

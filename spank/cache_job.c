@@ -1,0 +1,268 @@
+/* stagehand.so: a staging's steps for the node image cache (cache=,
+ * stagehand/cache.h, doc/design.md §2 "cache mode" and §6), in the staging
+ * process ("stagehand-stage") or a step's slurmstepd, as root:
+ *
+ *   before the local check: the job form of the spec, the cache's and the
+ *     job's directories, and a link of each entry whose source the job user
+ *     proved (a child as the user: sh_local_src_match) to be the entry's;
+ *   after the agent: each new copy adopted into the cache by stagehand-cache
+ *     (it hashes; the plugin links no hash library), with the reader's
+ *     digest and the source's identity the job's agent reported;
+ *   at the end: the job's directory sealed (0500).
+ *
+ * Everything else (the broadcast, verify, atomic publish, the current-copy
+ * check) is the staging path's own, on a DST "<cache>/job/<jobid>/<name>". */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "staging.h"
+#include "stagehand/cache.h"
+#include "stagehand/kv.h"
+#include "stagehand/local.h"
+#include "stagehand/spec.h"
+
+/* The job-form spec sh_cache_stage_prepare made (one staging per process). */
+static char *job_spec;
+
+/* Link each image of @set whose DST is missing and whose source has an entry
+ * the job user proves current. */
+static void link_proven(const char *cache, const struct sh_stage_job *job,
+                        const struct sh_spec_set *set)
+{
+    static struct sh_cache_entry found[SH_SPEC_MAX_IMAGES];
+    static struct sh_src_id ids[SH_SPEC_MAX_IMAGES];
+    const char *srcs[SH_SPEC_MAX_IMAGES];
+    size_t idx[SH_SPEC_MAX_IMAGES], n = 0;
+    bool match[SH_SPEC_MAX_IMAGES];
+
+    for (size_t i = 0; i < sh_spec_set_count(set) && n < SH_SPEC_MAX_IMAGES; i++) {
+        const char *dst = sh_spec_set_dst(set, i);
+        struct stat sb;
+
+        if (sh_cache_dst_kind(cache, dst, NULL) != SH_CACHE_DST_JOB ||
+            lstat(dst, &sb) == 0 || errno != ENOENT ||
+            sh_cache_find(cache, sh_spec_set_src(set, i), &found[n]) != 0)
+            continue;
+        srcs[n] = sh_spec_set_src(set, i);
+        ids[n] = found[n].rec.src;
+        idx[n++] = i;
+    }
+    if (n == 0 || sh_local_src_match(job, n, srcs, ids, match) != 0)
+        return;
+    for (size_t k = 0; k < n; k++) {
+        const char *dst = sh_spec_set_dst(set, idx[k]);
+
+        if (!match[k]) {
+            slurm_debug("stagehand: job %u: %s: the cache's entry is not %s as %s sees it",
+                        job->jobid, dst, srcs[k], job->user);
+            continue;
+        }
+        if (sh_cache_link(cache, found[k].key, dst) != 0)
+            slurm_info("stagehand: job %u: cannot link cache entry %s as %s: %s",
+                       job->jobid, found[k].key, dst, strerror(errno));
+    }
+}
+
+const char *sh_cache_job_spec(const struct sh_config *cfg, const struct sh_stage_job *job,
+                              char *err, size_t errlen)
+{
+    if (cfg == NULL || cfg->cache[0] == '\0')
+        return job->spec;
+    free(job_spec);
+    job_spec = sh_cache_spec_for_job(cfg->cache, job->jobid, job->spec, err, errlen);
+    return job_spec;
+}
+
+/* Does @set have an image for the cache? */
+static bool has_cache_image(const char *cache, const struct sh_spec_set *set)
+{
+    for (size_t i = 0; i < sh_spec_set_count(set); i++)
+        if (sh_cache_dst_kind(cache, sh_spec_set_dst(set, i), NULL) == SH_CACHE_DST_JOB)
+            return true;
+    return false;
+}
+
+/* Is job @jobid still on this node? Its staging lock, status file or
+ * runtime directory under SH_RUNTIME_DIR (a per-boot tmpfs) says so until
+ * its epilog; after a reboot or an epilog that removed them none is left. */
+static bool job_here(uint64_t jobid, void *arg)
+{
+    static const char *const suffix[] = { ".lock", ".status", "" };
+    char path[128];
+    struct stat sb;
+
+    (void)arg;
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%" PRIu64 "%s", SH_RUNTIME_DIR, jobid, suffix[i]);
+        if (lstat(path, &sb) == 0)
+            return true;
+    }
+    return false;
+}
+
+int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
+                           char *err, size_t errlen)
+{
+    struct sh_spec_set *set;
+    int rc = 0;
+
+    if (cfg == NULL || cfg->cache[0] == '\0' || job_spec == NULL)
+        return 0;
+    set = sh_spec_set_deserialize(job_spec, err, errlen);
+    if (set == NULL)
+        return -1;
+    if (has_cache_image(cfg->cache, set)) {
+        rc = sh_cache_prepare(cfg->cache, job->jobid, job->uid, job->gid, err, errlen);
+        if (rc == 0) {
+            int gone = sh_cache_sweep_jobs(cfg->cache, job->jobid, job_here, NULL);
+
+            if (gone > 0)
+                slurm_info("stagehand: job %u: dropped the cache references of %d jobs no "
+                           "longer on this node", job->jobid, gone);
+            link_proven(cfg->cache, job, set);
+        }
+    }
+    sh_spec_set_free(set);
+    return rc;
+}
+
+/* Run stagehand-cache's adoption of @dst with the agent's report @rep
+ * ("<digest> <source identity>"). Returns 0, or -1 with its message in @why. */
+static int adopt_one(const struct sh_config *cfg, const struct sh_stage_job *job,
+                     const char *src, const char *dst, const char *rep, char *why,
+                     size_t whylen)
+{
+    char *const argv[] = { (char *)"stagehand-cache", (char *)"adopt", NULL };
+    char *const envp[] = { NULL };
+    posix_spawn_file_actions_t fa;
+    int in[2] = { -1, -1 }, out[2] = { -1, -1 }, rc, wstatus = 0;
+    size_t got = 0;
+    pid_t pid;
+    FILE *f;
+
+    why[0] = '\0';
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+        snprintf(why, whylen, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, out[1], STDERR_FILENO);
+    posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+    rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    in[0] = out[1] = -1;
+    if (rc != 0) {
+        snprintf(why, whylen, "cannot start %s: %s", SH_CACHE_TOOL_PATH, strerror(rc));
+        goto fail;
+    }
+    f = fdopen(in[1], "w");
+    if (f != NULL) {
+        in[1] = -1;
+        sh_kv_put(f, "cache", cfg->cache);
+        sh_kv_put(f, "dst", dst);
+        sh_kv_put(f, "src", src);
+        sh_kv_putf(f, "uid", "%u", (unsigned)job->uid);
+        sh_kv_put(f, "hash", sh_hash_name(cfg->hash));
+        sh_kv_put(f, "report", rep);
+        sh_kv_put(f, "end", "");
+        fclose(f);
+    }
+    for (;;) {
+        ssize_t n = read(out[0], why + got, whylen - 1 - got);
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        if (got == whylen - 1)
+            break;
+    }
+    why[got] = '\0';
+    while (got > 0 && why[got - 1] == '\n')
+        why[--got] = '\0';
+    while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)
+        rc = 0;
+    else
+        rc = -1;
+    if (rc != 0 && why[0] == '\0')
+        snprintf(why, whylen, "stagehand-cache adopt ended with status %d", wstatus);
+    for (int i = 0; i < 2; i++) {
+        if (in[i] >= 0)
+            close(in[i]);
+        if (out[i] >= 0)
+            close(out[i]);
+    }
+    return rc;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (in[i] >= 0)
+            close(in[i]);
+        if (out[i] >= 0)
+            close(out[i]);
+    }
+    return -1;
+}
+
+int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job *job,
+                         char *const *reports, char *msg, size_t msglen)
+{
+    struct sh_spec_set *set;
+    char err[256];
+    int rc = 0;
+
+    if (cfg == NULL || cfg->cache[0] == '\0' || job_spec == NULL)
+        return 0;
+    set = sh_spec_set_deserialize(job_spec, err, sizeof(err));
+    if (set == NULL)
+        return 0;
+    for (size_t i = 0; i < sh_spec_set_count(set) && rc == 0; i++) {
+        const char *dst = sh_spec_set_dst(set, i);
+        char why[1024];
+        struct stat sb;
+
+        if (sh_cache_dst_kind(cfg->cache, dst, NULL) != SH_CACHE_DST_JOB ||
+            lstat(dst, &sb) != 0 || sb.st_uid == 0)
+            continue; /* no image for the cache, or an entry linked already */
+        if (i >= SH_SPEC_MAX_IMAGES || reports[i] == NULL) {
+            snprintf(why, sizeof(why), "the agent reported no digest for it");
+            (void)unlink(dst);
+            rc = -1;
+        } else {
+            rc = adopt_one(cfg, job, sh_spec_set_src(set, i), dst, reports[i], why,
+                           sizeof(why));
+        }
+        if (rc != 0)
+            snprintf(msg, msglen, "image %.1500s on %.200s: %.1500s", dst, job->nodename, why);
+    }
+    sh_spec_set_free(set);
+    return rc;
+}
+
+void sh_cache_stage_end(const struct sh_config *cfg, const struct sh_stage_job *job)
+{
+    if (cfg == NULL || cfg->cache[0] == '\0' || job_spec == NULL)
+        return;
+    if (sh_cache_job_seal(cfg->cache, job->jobid) != 0 && errno != ENOENT)
+        slurm_error("stagehand: job %u: cannot seal its cache directory: %s", job->jobid,
+                    strerror(errno));
+}

@@ -1,0 +1,367 @@
+/* Unit tests for the node image cache (stagehand/cache.h): names, the job
+ * form of a spec, the directories' owners and modes, adoption of a job's
+ * copy (sealing, the lease, the digest), sharing one entry between jobs,
+ * lookup by source, and a job directory's seal and removal. Adoption and
+ * ownership need root; as another user those tests pass vacuously with a
+ * note. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_main.h"
+#include "stagehand/cache.h"
+#include "stagehand/hash.h"
+#include "stagehand/spec.h"
+
+#define USER_UID 65534
+#define USER_GID 65534
+
+static char base[64], cache[128];
+
+static void setup(void)
+{
+    snprintf(base, sizeof(base), "/tmp/sh_cache_test.XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(base));
+    ck_assert_int_eq(chmod(base, 0755), 0);
+    snprintf(cache, sizeof(cache), "%s/cache", base);
+}
+
+static void teardown(void)
+{
+    char cmd[PATH_MAX + 16];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", base);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(dst_kinds)
+{
+    uint64_t id = 0;
+
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/job/a.sqsh", &id), SH_CACHE_DST_SUBMIT);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/job/42/a.sqsh", &id), SH_CACHE_DST_JOB);
+    ck_assert_uint_eq(id, 42);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/job", NULL), SH_CACHE_DST_NONE);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/entries/k-1", NULL), SH_CACHE_DST_NONE);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/job/042/a", NULL), SH_CACHE_DST_NONE);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/job/x1/a", NULL), SH_CACHE_DST_NONE);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/c/job/1/a/b", NULL), SH_CACHE_DST_NONE);
+    ck_assert_int_eq(sh_cache_dst_kind("/c", "/cx/job/a", NULL), SH_CACHE_DST_NONE);
+    ck_assert_int_eq(sh_cache_dst_kind("", "/job/a", NULL), SH_CACHE_DST_NONE);
+}
+END_TEST
+
+START_TEST(spec_job_form)
+{
+    struct sh_spec_set *set = sh_spec_set_new(), *back;
+    char err[256], *wire, *job;
+
+    ck_assert_int_eq(sh_spec_add_value(set, "/shared/a.sqsh,/shared/b.sqsh:/nvme/b.sqsh",
+                                       "/c/job", err, sizeof(err)), 0);
+    wire = sh_spec_set_serialize(set);
+    ck_assert_ptr_nonnull(wire);
+    job = sh_cache_spec_for_job("/c", 77, wire, err, sizeof(err));
+    ck_assert_msg(job != NULL, "%s", err);
+    back = sh_spec_set_deserialize(job, err, sizeof(err));
+    ck_assert_ptr_nonnull(back);
+    ck_assert_uint_eq(sh_spec_set_count(back), 2);
+    ck_assert_str_eq(sh_spec_set_dst(back, 0), "/c/job/77/a.sqsh");
+    ck_assert_str_eq(sh_spec_set_src(back, 0), "/shared/a.sqsh");
+    ck_assert_str_eq(sh_spec_set_dst(back, 1), "/nvme/b.sqsh");
+    free(job);
+    /* another job's place is refused */
+    {
+        char *w2 = sh_spec_set_serialize(back);
+
+        job = sh_cache_spec_for_job("/c", 78, w2, err, sizeof(err));
+        ck_assert_ptr_null(job);
+        ck_assert_int_eq(errno, EINVAL);
+        ck_assert_ptr_nonnull(strstr(err, "another job"));
+        free(w2);
+    }
+    sh_spec_set_free(back);
+    sh_spec_set_free(set);
+    free(wire);
+}
+END_TEST
+
+START_TEST(keys)
+{
+    uint8_t d[SH_HASH_MAX_LEN];
+    char key[SH_CACHE_KEY_MAX];
+
+    memset(d, 0xab, sizeof(d));
+    ck_assert_int_eq(sh_cache_key(SH_HASH_XXH3, d, 1234, key, sizeof(key)), 0);
+    ck_assert_str_eq(key, "abababababababababababababababab-1234");
+    ck_assert_int_eq(sh_cache_key(SH_HASH_SHA256, d, 0, key, sizeof(key)), 0);
+    ck_assert_uint_eq(strlen(key), 66);
+    ck_assert_int_eq(sh_cache_key(SH_HASH_XXH3, d, 1, key, 10), -1);
+}
+END_TEST
+
+/* A job's copy as the engine leaves it: the user's file in the job's
+ * directory. */
+static void user_copy(uint64_t jobid, const char *name, const char *text, char *dst,
+                      size_t len)
+{
+    char dir[256];
+    int fd;
+
+    ck_assert_int_eq(sh_cache_job_dir(cache, jobid, dir, sizeof(dir)), 0);
+    snprintf(dst, len, "%s/%s", dir, name);
+    fd = open(dst, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    ck_assert_int_eq(fchown(fd, USER_UID, USER_GID), 0);
+    close(fd);
+}
+
+static void digest_of(const char *text, char *hex)
+{
+    struct sh_hash *h = sh_hash_new(SH_HASH_XXH3);
+    uint8_t d[SH_HASH_MAX_LEN];
+
+    ck_assert_int_eq(sh_hash_update(h, text, strlen(text)), 0);
+    ck_assert_int_ge(sh_hash_final(h, d), 0);
+    sh_hash_free(h);
+    sh_hash_hex(d, sh_hash_len(SH_HASH_XXH3), hex);
+}
+
+static struct sh_src_id src_id(const char *path)
+{
+    struct sh_src_id id;
+
+    memset(&id, 0, sizeof(id));
+    snprintf(id.path, sizeof(id.path), "%s", path);
+    id.size = 5;
+    id.mtime.sec = 1000;
+    id.ctime.sec = 2000;
+    id.mode = 0644;
+    id.gid = (uint32_t)-1;
+    return id;
+}
+
+START_TEST(prepare_dirs)
+{
+    char err[512], path[PATH_MAX];
+    struct stat sb;
+
+    if (geteuid() != 0)
+        return;
+    ck_assert_msg(sh_cache_prepare(cache, 5, USER_UID, USER_GID, err, sizeof(err)) == 0,
+                  "%s", err);
+    ck_assert_int_eq(stat(cache, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0711);
+    snprintf(path, sizeof(path), "%s/entries", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0700);
+    snprintf(path, sizeof(path), "%s/job/5", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_uid, USER_UID);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0700);
+    /* a step's staging finds the sealed 0500 directory and opens it again */
+    ck_assert_int_eq(sh_cache_job_seal(cache, 5), 0);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0500);
+    ck_assert_int_eq(sh_cache_prepare(cache, 5, USER_UID, USER_GID, err, sizeof(err)), 0);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_mode & 07777, 0700);
+    /* a job directory of another user is refused */
+    ck_assert_int_eq(sh_cache_prepare(cache, 5, 1234, 1234, err, sizeof(err)), -1);
+    ck_assert_int_eq(errno, EPERM);
+    /* a user's cache directory, or a symlink as the cache, is refused */
+    ck_assert_int_eq(chown(cache, USER_UID, USER_GID), 0);
+    ck_assert_int_eq(sh_cache_prepare(cache, 6, USER_UID, USER_GID, err, sizeof(err)), -1);
+    ck_assert_int_eq(errno, EPERM);
+    snprintf(path, sizeof(path), "%s/link", base);
+    ck_assert_int_eq(symlink(cache, path), 0);
+    ck_assert_int_eq(sh_cache_prepare(path, 6, USER_UID, USER_GID, err, sizeof(err)), -1);
+}
+END_TEST
+
+START_TEST(adopt_share_find)
+{
+    char err[512], dst1[PATH_MAX], dst2[PATH_MAX], dst3[PATH_MAX], hex[SH_HASH_HEX_LEN];
+    char key[SH_CACHE_KEY_MAX], key2[SH_CACHE_KEY_MAX], entry[PATH_MAX];
+    struct sh_src_id id = src_id("/shared/a.sqsh");
+    struct sh_cache_entry e;
+    struct stat a, b;
+
+    if (geteuid() != 0)
+        return;
+    for (uint64_t j = 1; j <= 3; j++)
+        ck_assert_int_eq(sh_cache_prepare(cache, j, USER_UID, USER_GID, err, sizeof(err)),
+                         0);
+    digest_of("hello", hex);
+    user_copy(1, "a.sqsh", "hello", dst1, sizeof(dst1));
+    ck_assert_msg(sh_cache_adopt(cache, dst1, USER_UID, SH_HASH_XXH3, hex, &id, key, err,
+                                 sizeof(err)) == 0, "%s", err);
+    snprintf(entry, sizeof(entry), "%s/entries/%s", cache, key);
+    ck_assert_int_eq(stat(entry, &a), 0);
+    ck_assert_uint_eq(a.st_uid, 0);
+    ck_assert_uint_eq(a.st_mode & 07777, 0444);
+    ck_assert_uint_eq(a.st_nlink, 2);
+    ck_assert_int_eq(stat(dst1, &b), 0);
+    ck_assert_uint_eq(a.st_ino, b.st_ino);
+    /* found by its source, with root's record */
+    ck_assert_int_eq(sh_cache_find(cache, "/shared/a.sqsh", &e), 0);
+    ck_assert_str_eq(e.key, key);
+    ck_assert_int_eq(e.rec.src.ctime.sec, 2000);
+    ck_assert_int_eq(sh_cache_find(cache, "/shared/other.sqsh", &e), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    /* a second job's copy of the same content: one entry, one inode */
+    user_copy(2, "a.sqsh", "hello", dst2, sizeof(dst2));
+    ck_assert_int_eq(sh_cache_adopt(cache, dst2, USER_UID, SH_HASH_XXH3, hex, &id, key2, err,
+                                    sizeof(err)), 0);
+    ck_assert_str_eq(key, key2);
+    ck_assert_int_eq(stat(dst2, &b), 0);
+    ck_assert_uint_eq(a.st_ino, b.st_ino);
+    /* a third job links the entry it proved current */
+    snprintf(dst3, sizeof(dst3), "%s/job/3/a.sqsh", cache);
+    ck_assert_int_eq(sh_cache_link(cache, key, dst3), 0);
+    ck_assert_int_eq(stat(dst3, &b), 0);
+    ck_assert_uint_eq(a.st_ino, b.st_ino);
+    ck_assert_uint_eq(b.st_nlink, 4);
+    ck_assert_int_eq(sh_cache_link(cache, key, dst3), -1);
+    ck_assert_int_eq(errno, EEXIST);
+    ck_assert_int_eq(sh_cache_link(cache, "nokey-1", dst3), -1);
+    ck_assert_int_eq(sh_cache_link(cache, key, entry), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    /* the epilog's removal drops the job's reference */
+    ck_assert_int_eq(sh_cache_job_remove(cache, 3), 0);
+    ck_assert_int_eq(stat(entry, &a), 0);
+    ck_assert_uint_eq(a.st_nlink, 3);
+    ck_assert_int_eq(sh_cache_job_remove(cache, 3), 0);
+}
+END_TEST
+
+START_TEST(adopt_refusals)
+{
+    char err[512], dst[PATH_MAX], hex[SH_HASH_HEX_LEN], key[SH_CACHE_KEY_MAX], other[PATH_MAX];
+    struct sh_src_id id = src_id("/shared/a.sqsh");
+    struct stat sb;
+    int wfd;
+
+    if (geteuid() != 0)
+        return;
+    ck_assert_int_eq(sh_cache_prepare(cache, 1, USER_UID, USER_GID, err, sizeof(err)), 0);
+    digest_of("hello", hex);
+    /* the digest is not the reader's: the user changed the copy */
+    user_copy(1, "a.sqsh", "hellO", dst, sizeof(dst));
+    ck_assert_int_eq(sh_cache_adopt(cache, dst, USER_UID, SH_HASH_XXH3, hex, &id, key, err,
+                                    sizeof(err)), -1);
+    ck_assert_int_eq(errno, EBADMSG);
+    ck_assert_ptr_nonnull(strstr(err, "not the reader's"));
+    ck_assert_int_eq(stat(dst, &sb), -1);
+    /* a process holds it open for writing: it could change it later */
+    user_copy(1, "a.sqsh", "hello", dst, sizeof(dst));
+    wfd = open(dst, O_WRONLY);
+    ck_assert_int_ge(wfd, 0);
+    ck_assert_int_eq(sh_cache_adopt(cache, dst, USER_UID, SH_HASH_XXH3, hex, &id, key, err,
+                                    sizeof(err)), -1);
+    ck_assert_int_eq(errno, EBUSY);
+    ck_assert_ptr_nonnull(strstr(err, "open for writing"));
+    close(wfd);
+    ck_assert_int_eq(stat(dst, &sb), -1);
+    /* a second name the user made */
+    user_copy(1, "a.sqsh", "hello", dst, sizeof(dst));
+    snprintf(other, sizeof(other), "%s/job/1/b", cache);
+    ck_assert_int_eq(link(dst, other), 0);
+    ck_assert_int_eq(sh_cache_adopt(cache, dst, USER_UID, SH_HASH_XXH3, hex, &id, key, err,
+                                    sizeof(err)), -1);
+    ck_assert_int_eq(errno, EMLINK);
+    /* another user's file */
+    unlink(other);
+    user_copy(1, "a.sqsh", "hello", dst, sizeof(dst));
+    ck_assert_int_eq(sh_cache_adopt(cache, dst, 1234, SH_HASH_XXH3, hex, &id, key, err,
+                                    sizeof(err)), -1);
+    ck_assert_int_eq(errno, EPERM);
+    /* not a job-form DST */
+    ck_assert_int_eq(sh_cache_adopt(cache, "/nvme/a", USER_UID, SH_HASH_XXH3, hex, &id, key,
+                                    err, sizeof(err)), -1);
+}
+END_TEST
+
+START_TEST(seal_cleans)
+{
+    char err[512], dst[PATH_MAX], hex[SH_HASH_HEX_LEN], key[SH_CACHE_KEY_MAX], lock[PATH_MAX];
+    struct sh_src_id id = src_id("/shared/a.sqsh");
+    struct stat sb;
+    int fd;
+
+    if (geteuid() != 0)
+        return;
+    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
+    digest_of("hello", hex);
+    user_copy(9, "a.sqsh", "hello", dst, sizeof(dst));
+    ck_assert_int_eq(sh_cache_adopt(cache, dst, USER_UID, SH_HASH_XXH3, hex, &id, key, err,
+                                    sizeof(err)), 0);
+    snprintf(lock, sizeof(lock), "%s/job/9/.a.sqsh.lock", cache);
+    fd = open(lock, O_WRONLY | O_CREAT, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_int_eq(sh_cache_job_seal(cache, 9), 0);
+    ck_assert_int_eq(stat(lock, &sb), -1);
+    ck_assert_int_eq(stat(dst, &sb), 0);
+    ck_assert_int_eq(sh_cache_job_remove(cache, 9), 0);
+    ck_assert_int_eq(stat(dst, &sb), -1);
+}
+END_TEST
+
+static bool odd_alive(uint64_t jobid, void *arg)
+{
+    (*(int *)arg)++;
+    return (jobid & 1) != 0;
+}
+
+/* References of jobs that are gone are dropped; running jobs' and the
+ * caller's own stay. */
+START_TEST(sweep_dead_jobs)
+{
+    char err[512], path[256];
+    struct stat sb;
+    int asked = 0;
+
+    if (geteuid() != 0)
+        return;
+    for (uint64_t j = 1; j <= 4; j++)
+        ck_assert_int_eq(sh_cache_prepare(cache, j, USER_UID, USER_GID, err, sizeof(err)), 0);
+    ck_assert_int_eq(sh_cache_job_seal(cache, 4), 0);
+    ck_assert_int_eq(sh_cache_sweep_jobs(cache, 2, odd_alive, &asked), 1);
+    ck_assert_int_eq(asked, 3);
+    for (uint64_t j = 1; j <= 4; j++) {
+        snprintf(path, sizeof(path), "%s/job/%u", cache, (unsigned)j);
+        ck_assert_int_eq(stat(path, &sb) == 0, j != 4);
+    }
+}
+END_TEST
+
+static Suite *cache_suite(void)
+{
+    Suite *s = suite_create("cache");
+    TCase *tc = tcase_create("cache");
+
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, dst_kinds);
+    tcase_add_test(tc, spec_job_form);
+    tcase_add_test(tc, keys);
+    tcase_add_test(tc, prepare_dirs);
+    tcase_add_test(tc, adopt_share_find);
+    tcase_add_test(tc, adopt_refusals);
+    tcase_add_test(tc, seal_cleans);
+    tcase_add_test(tc, sweep_dead_jobs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return sh_check_run(cache_suite());
+}
