@@ -47,7 +47,7 @@ struct image_run {
     bool leader_cause;          /* leader: the engine's report says why */
     bool source_fault;          /* leader: only the source failed */
     bool copied;                /* this node ran the engine and it succeeded */
-    char ref[SH_HASH_HEX_LEN];  /* the reader's digest, over the control plane */
+    char ref_digest[SH_HASH_HEX_LEN]; /* the reader's digest, over the control plane */
     char faulty[256];           /* leader: node indices at fault ("i,j") */
     struct sh_engine_report rep;    /* leader: the engine's report */
     bool have_rep;
@@ -458,7 +458,7 @@ static int step_engine(struct agent *a, struct image_run *r)
         r->copied = r->mypos != UINT32_MAX;
     }
     return verify_copy_digest(a, r->dst, r->have_rep ? r->rep.digest : NULL, r->copied,
-                              engine_start, r->buf, sizeof(r->buf), &r->len, r->ref);
+                              engine_start, r->buf, sizeof(r->buf), &r->len, r->ref_digest);
 }
 
 /* Leader: every node's "fail ..." report once, and the nodes that never
@@ -552,11 +552,11 @@ static void cache_report(struct agent *a, const struct image_run *r)
 {
     char id[SH_STATUS_LINE_MAX];
 
-    if (!r->copied || r->ref[0] == '\0' || a->cfg.cache[0] == '\0' ||
+    if (!r->copied || r->ref_digest[0] == '\0' || a->cfg.cache[0] == '\0' ||
         sh_cache_dst_kind(a->cfg.cache, r->dst, NULL) != SH_CACHE_DST_JOB)
         return;
     sh_src_encode(id, sizeof(id), 1, &r->id, NULL);
-    sh_kv_putf(a->out, SH_AGENT_OUT_CACHE, "%zu %s %s", r->img, r->ref, id);
+    sh_kv_putf(a->out, SH_AGENT_OUT_CACHE, "%zu %s %s", r->img, r->ref_digest, id);
 }
 
 /* This node's share of the image's outcome @text (the leader's). */

@@ -420,8 +420,7 @@ static const char *const keys[] = {
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
     "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
     "dest_dir_mode", "pml", "allowed_registries", "default_registry", "resolver",
-    "importer",
-    "dest_dir_mode", "pml", "cache",
+    "importer", "cache",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
