@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -435,7 +436,7 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     int64_t limit;
     int fds[2];
     int status;
-    pid_t pid;
+    pid_t pid, parent;
     int err;
 
     memset(out, 0, sizeof(*out));
@@ -463,6 +464,7 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
         goto fail;
     fflush(stdout);
     fflush(stderr);
+    parent = getpid();
     pid = fork();
     if (pid < 0) {
         err = errno;
@@ -473,6 +475,13 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     }
     if (pid == 0) {
         close(fds[0]);
+        /* An agent killed (SIGKILL) mid-copy takes its host process with
+         * it, and that its engine (host_spawn_engine): its node then leaves
+         * the run at once, and the others repair around it (doc/design.md
+         * §5), instead of a headless engine finishing a copy nobody
+         * records. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(1);
         host_child(cfg, fds[1]);
     }
     close(fds[1]);
