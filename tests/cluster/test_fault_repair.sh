@@ -39,11 +39,15 @@ make_source() {
         head -c 1048576 /dev/urandom | dd of='$1' bs=1M seek=$((size_mib - 1)) conv=notrunc status=none"
 }
 
-# submit SRC DST NODES OUT -> job id
+# submit SRC DST NODES OUT -> job id. The script runs a step on every node,
+# whose tasks wait for their node's copy (the batch script itself waits for
+# the batch node's only, doc/design.md §2 step 8).
 submit() {
+    local k
+    k=$(wc -w <<<"$3")
     rm -f "$4"
-    as_user sbatch --parsable -J "$tag" -N"$(wc -w <<<"$3")" -w "$(tr ' ' ',' <<<"$3")" \
-        -o "$4" --stage-image="$1:$2" --wrap 'echo script-ran'
+    as_user sbatch --parsable -J "$tag" -N"$k" -w "$(tr ' ' ',' <<<"$3")" \
+        -o "$4" --stage-image="$1:$2" --wrap "srun -N$k -n$k true && echo script-ran"
 }
 
 # The wall time of job @1 (its start to its end, Slurm's seconds).
@@ -61,6 +65,21 @@ agent_of() {
             pp=$(ps -o ppid= -p $p | tr -d " ")
             tr "\0" "\n" </proc/$pp/environ 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo $p
         done; true' sh "$1"
+}
+
+# wait_io NODE PID FIELD BYTES: wait inside NODE (one loop there, as
+# kill_at_io) until /proc/PID/io FIELD reaches BYTES; prints the count.
+wait_io() {
+    on_node "$1" sh -c '
+        n=0 io=0
+        while [ "$n" -lt 4000 ]; do
+            io=$(awk -v k="$2" '"'"'$1 == k":" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || break
+            [ -n "$io" ] || break
+            [ "$io" -ge "$3" ] && break
+            sleep 0.005
+            n=$((n + 1))
+        done
+        echo "${io:-0}"' sh "$2" "$3" "$4"
 }
 
 # baseline SRC DST NODES OUT: a staging without a fault; its seconds into
@@ -91,21 +110,13 @@ repair_case() {
         agent)
             apid=$(agent_of "$id" "$victim" | head -1)
             [ -n "$apid" ] || fail "$what: no agent of job $id on $victim"
-            # wait for half of the file in the engine, then kill the agent
-            for _ in $(seq 1 2000); do
-                io=$(proc_io "$victim" "$pid" wchar)
-                [ "${io:-0}" -ge $((size / 2)) ] && break
-                sleep 0.01
-            done
+            # half of the file in the engine, then kill the agent
+            io=$(wait_io "$victim" "$pid" wchar $((size / 2)))
             on_node "$victim" kill -9 "$apid" || fail "$what: cannot kill agent $apid on $victim" ;;
         link)
             dev=$(on_node "$victim" sh -c "ip -o route get $(scontrol show node "${nodes%% *}" | grep -oE 'NodeAddr=[^ ]+' | cut -d= -f2) 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2")
             dev=${dev:-eth0}
-            for _ in $(seq 1 2000); do
-                io=$(proc_io "$victim" "$pid" wchar)
-                [ "${io:-0}" -ge $((size / 2)) ] && break
-                sleep 0.01
-            done
+            io=$(wait_io "$victim" "$pid" wchar $((size / 2)))
             on_node "$victim" ip link set "$dev" down || fail "$what: cannot take $victim's $dev down" ;;
     esac
     echo "$what: killed on $victim after $((${io:-0} / 1048576)) MiB of $size_mib MiB (job $id)"
@@ -122,6 +133,7 @@ repair_case() {
     grep -q "the copy went on without it" "$out" ||
         errors+=("$what: the message does not say the copy went on around $victim: $(cat "$out")")
     ! grep -q script-ran "$out" || errors+=("$what: the batch script ran without its image")
+    echo "$what: $(grep 'stagehand:' "$out" | head -1)"
     for n in $nodes; do
         got=$(node_md5 "$n" "$dst")
         if [ "$n" = "$victim" ]; then
@@ -133,7 +145,7 @@ repair_case() {
     # nothing left behind: no temp file anywhere; the dead node has no lock
     # file (no DST), the others only the one beside their DST
     for _ in $(seq 1 50); do
-        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -E '\.lock\$' | sed 's|^|$victim:|'" || true)
+        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -Fx '.${dst##*/}.lock' | sed 's|^|$victim:|'" || true)
         [ -z "$left" ] && break
         sleep 0.2
     done
@@ -145,7 +157,7 @@ repair_case() {
 # next_copies_one DST SRC NODES VICTIM OUT: the next job stages to VICTIM
 # only: the others keep their copies (same inode), VICTIM gets it.
 next_copies_one() {
-    local dst=$1 src=$2 nodes=$3 victim=$4 out=$5 id st n before after
+    local dst=$1 src=$2 nodes=$3 victim=$4 out=$5 id st n before after got
     declare -A ino
     for n in $nodes; do ino[$n]=$(on_node "$n" stat -c %i "$dst" 2>/dev/null); done
     id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
@@ -153,8 +165,9 @@ next_copies_one() {
     [ "$st" = COMPLETED ] || fail "the next job $id ended $st: $(cat "$out")"
     grep -q script-ran "$out" || fail "the next job's script did not run: $(cat "$out")"
     for n in $nodes; do
-        [ "$(node_md5 "$n" "$dst")" = "$(md5sum "$src" | cut -d' ' -f1)" ] ||
-            fail "$n: wrong DST after the next job"
+        got=$(node_md5 "$n" "$dst")
+        [ "$got" = "$(md5sum "$src" | cut -d' ' -f1)" ] ||
+            fail "$n: DST is '${got:-absent}' after the next job $id, expected a copy of $src: $(cat "$out")"
         [ "$n" = "$victim" ] && continue
         before=${ino[$n]}
         after=$(on_node "$n" stat -c %i "$dst")
