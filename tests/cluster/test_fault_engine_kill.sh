@@ -47,10 +47,13 @@ shaB=$(md5sum "$srcB" | cut -d' ' -f1)
 errors=()
 unblocked=0
 
+# A step on every node: its tasks wait for their node's copy (after a
+# receiver's death the batch node's copy is current, and a script alone
+# would end the job before the killed node's new copy is done).
 submit() { # SRC -> job id
     rm -f "$out"
     as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$1:$dst" \
-        --wrap 'echo script-ran'
+        --wrap "srun -N$k -n$k true && echo script-ran"
 }
 
 # kill_at_half VICTIM SRC IOFIELD: stage SRC, SIGKILL VICTIM's engine once it
