@@ -213,8 +213,8 @@ if [ "${STAGEHAND_TEST_FULL:-0}" = 1 ] && [ -z "${REPAIR_INNER:-}" ]; then
     net8=${REPAIR_NET8:-${MINICLUSTER_NET%.*}.$((${MINICLUSTER_NET##*.} + 128))}
     (
         export MINICLUSTER_NAME=$big MINICLUSTER_NET=$net8 MINICLUSTER_SHARED=${MINICLUSTER_SHARED}-r8
-        "$MINICLUSTER" up --nodes 8 >/dev/null || exit 1
         trap '"$MINICLUSTER" down >/dev/null 2>&1' EXIT
+        "$MINICLUSTER" up --nodes 8 --stack "${MINICLUSTER_STACK:-bookworm}" >/dev/null || exit 1
         eval "$("$MINICLUSTER" env)"
         REPAIR_INNER=8 bash "$0"
     ) || errors+=("N=8 variant failed (see above)")
