@@ -434,13 +434,15 @@ static bool survivor_status(int32_t st, uint32_t flags)
 
 /* Is this node dead for the run: its agent did not answer or could not be
  * reached, or its engine was killed by a signal its agent did not send (a
- * SIGKILL from outside, the OOM killer, a crash)? */
+ * SIGKILL from outside, the OOM killer, a crash)? Its agent sends SIGTERM
+ * after a failure elsewhere, at the deadline, and when the engine calls
+ * PMIx_Abort (Open MPI 4.1 does when a peer's connection breaks). */
 static bool dead_status(int32_t st, uint32_t flags)
 {
     if (flags & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
         return true;
     return st != -1 && WIFSIGNALED(st) &&
-           !(flags & (SH_PMIX_NODE_STOPPED | SH_PMIX_NODE_DEADLINE));
+           !(flags & (SH_PMIX_NODE_STOPPED | SH_PMIX_NODE_DEADLINE | SH_PMIX_NODE_ABORTED));
 }
 
 /* After a failed run @po of the @npart participants @names: may the copy go
