@@ -209,9 +209,13 @@ run_suite() { # NODES (first: the reader) VICTIM CASES...
 
 if [ "${STAGEHAND_TEST_FULL:-0}" = 1 ] && [ -z "${REPAIR_INNER:-}" ]; then
     # N=8 on an instance of its own, then the default cases on this one.
-    big=${MINICLUSTER_NAME:-mc}-r8
+    # an instance name is 1-6 letters or digits
+    big=${REPAIR_NAME8:-$(printf '%.4s' "$(tr -dc 'a-z0-9' <<<"${MINICLUSTER_NAME:-mc}")")r8}
     net8=${REPAIR_NET8:-${MINICLUSTER_NET%.*}.$((${MINICLUSTER_NET##*.} + 128))}
     (
+        # the suite's instance's state and Slurm configuration must not leak
+        # into this one's (minicluster takes MINICLUSTER_STATE as given)
+        unset MINICLUSTER_STATE SLURM_CONF
         export MINICLUSTER_NAME=$big MINICLUSTER_NET=$net8 MINICLUSTER_SHARED=${MINICLUSTER_SHARED}-r8
         trap '"$MINICLUSTER" down >/dev/null 2>&1' EXIT
         "$MINICLUSTER" up --nodes 8 --stack "${MINICLUSTER_STACK:-bookworm}" >/dev/null || exit 1
