@@ -60,30 +60,6 @@ job_secs() {
     echo $(($(date -d "$e" +%s) - $(date -d "$s" +%s)))
 }
 
-# the agent (stagehand-agent, the plugin's child) of job @1 on node @2
-agent_of() {
-    on_node "$2" sh -c '
-        for p in $(pgrep --ns $$ --nslist net -x stagehand-agent); do
-            pp=$(ps -o ppid= -p $p | tr -d " ")
-            tr "\0" "\n" </proc/$pp/environ 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo $p
-        done; true' sh "$1"
-}
-
-# wait_io NODE PID FIELD BYTES: wait inside NODE (one loop there, as
-# kill_at_io) until /proc/PID/io FIELD reaches BYTES; prints the count.
-wait_io() {
-    on_node "$1" sh -c '
-        n=0 io=0
-        while [ "$n" -lt 4000 ]; do
-            io=$(awk -v k="$2" '"'"'$1 == k":" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || break
-            [ -n "$io" ] || break
-            [ "$io" -ge "$3" ] && break
-            sleep 0.005
-            n=$((n + 1))
-        done
-        echo "${io:-0}"' sh "$2" "$3" "$4"
-}
-
 # baseline SRC DST NODES OUT: a staging without a fault; its seconds into
 # $secs.
 baseline() {
@@ -100,25 +76,32 @@ baseline() {
 # $secs.
 repair_case() {
     local what=$1 src=$2 dst=$3 nodes=$4 victim=$5 out=$6
-    local id pid io st n got want left dev="" apid reader first p
+    local id pid io st n got want left dev="" apid reader first p half
     want=$(md5sum "$src" | cut -d' ' -f1)
+    # half of the copy in the victim's writes (/proc/PID/io wchar): a node
+    # that forwards (not the last of the chain) writes each byte twice, to
+    # DST's temp file and to the next node's socket
+    half=$((size / 2))
+    [ "$victim" = "${nodes##* }" ] || half=$size
     id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
     pid=$(wait_engine_pid "$victim" "$tok")
     [ -n "$pid" ] || fail "$what: no engine on $victim (job $id: $(cat "$out" 2>/dev/null))"
     case "$what" in
         engine)
-            io=$(kill_at_io "$victim" "$pid" wchar $((size / 2))) ||
+            io=$(kill_at_io "$victim" "$pid" wchar "$half") ||
                 fail "$what: the engine on $victim ended before half of the file (job $id)" ;;
         agent)
             apid=$(agent_of "$id" "$victim" | head -1)
             [ -n "$apid" ] || fail "$what: no agent of job $id on $victim"
             # half of the file in the engine, then kill the agent
-            io=$(wait_io "$victim" "$pid" wchar $((size / 2)))
+            wait_io "$victim" "$pid" wchar "$half" || fail "$what: the engine on $victim ended before half of the file (job $id)"
+            io=$(proc_io "$victim" "$pid" wchar)
             on_node "$victim" kill -9 "$apid" || fail "$what: cannot kill agent $apid on $victim" ;;
         link)
             dev=$(on_node "$victim" sh -c "ip -o route get $(scontrol show node "${nodes%% *}" | grep -oE 'NodeAddr=[^ ]+' | cut -d= -f2) 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2")
             dev=${dev:-eth0}
-            io=$(wait_io "$victim" "$pid" wchar $((size / 2)))
+            wait_io "$victim" "$pid" wchar "$half" || fail "$what: the engine on $victim ended before half of the file (job $id)"
+            io=$(proc_io "$victim" "$pid" wchar)
             on_node "$victim" ip link set "$dev" down || fail "$what: cannot take $victim's $dev down"
             # up again once the others copy without it (a new engine on the
             # reader): a longer outage makes slurmctld set the node down
@@ -131,7 +114,7 @@ repair_case() {
             done
             on_node "$victim" ip link set "$dev" up || fail "cannot bring $victim's $dev up" ;;
     esac
-    echo "$what: killed on $victim after $((${io:-0} / 1048576)) MiB of $size_mib MiB (job $id)"
+    echo "$what: killed on $victim at $((${io:-0} * 100 / (half * 2))) % of the copy (wchar $((${io:-0} / 1048576)) MiB, job $id)"
     st=$(wait_job_end "$id" 150)
     secs=$(job_secs "$id")
     if [ "$st" != FAILED ]; then
