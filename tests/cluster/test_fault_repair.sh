@@ -87,14 +87,22 @@ repair_case() {
     id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
     pid=$(wait_engine_pid "$victim" "$tok")
     [ -n "$pid" ] || fail "$what: no engine on $victim (job $id: $(cat "$out" 2>/dev/null))"
-    lpid=$(wait_engine_pid "$last" "$tok")
-    [ -n "$lpid" ] || fail "$what: no engine on $last (job $id: $(cat "$out" 2>/dev/null))"
-    wait_io "$last" "$lpid" wchar "$half" ||
-        fail "$what: the engine on $last ended before half of the file (job $id)"
-    io=$(proc_io "$last" "$lpid" wchar)
+    # the newest engine on the last node, looked up on every poll (under
+    # Open MPI 5 the first one seen may be gone by the next look)
+    io=0
+    for _ in $(seq 1 600); do
+        lpid=$(engine_pids "$last" "$tok" | tail -1)
+        [ -n "$lpid" ] && io=$(proc_io "$last" "$lpid" wchar)
+        [ "${io:-0}" -ge "$half" ] && break
+        sleep 0.02
+    done
+    [ "${io:-0}" -ge "$half" ] || fail "$what: the engine on $last never wrote half of the file (job $id)"
     case "$what" in
         engine)
-            on_node "$victim" kill -9 "$pid" || fail "$what: cannot kill engine $pid on $victim" ;;
+            pid=$(engine_pids "$victim" "$tok" | tail -1)
+            if [ -z "$pid" ] || ! on_node "$victim" kill -9 "$pid"; then
+                fail "$what: cannot kill the engine on $victim (job $id)"
+            fi ;;
         agent)
             apid=$(agent_of "$id" "$victim" | head -1)
             [ -n "$apid" ] || fail "$what: no agent of job $id on $victim"
