@@ -76,40 +76,34 @@ baseline() {
 # $secs.
 repair_case() {
     local what=$1 src=$2 dst=$3 nodes=$4 victim=$5 out=$6
-    local id pid lpid io st n got want left dev="" apid reader first p half last
+    local id pid io st n got want left dev="" apid reader first p half
     want=$(md5sum "$src" | cut -d' ' -f1)
-    # half of the copy: the last node's engine has written half of the file
-    # (/proc/PID/io wchar; a forwarding node's wchar also counts its socket
-    # writes under Open MPI 4.1, not under 5); it trails the victim by a few
-    # segments of the pipeline
+    # half of the copy in the victim's writes (/proc/PID/io wchar): under
+    # Open MPI 4.1 (bookworm) a node that forwards (not the last of the
+    # chain) writes each byte twice, to DST's temp file and to the next
+    # node's socket (writev); Open MPI 5's socket sends are not counted
     half=$((size / 2))
-    last=${nodes##* }
+    [ "$victim" = "${nodes##* }" ] || [ "${MINICLUSTER_STACK:-bookworm}" != bookworm ] ||
+        half=$size
     id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
     pid=$(wait_engine_pid "$victim" "$tok")
     [ -n "$pid" ] || fail "$what: no engine on $victim (job $id: $(cat "$out" 2>/dev/null))"
-    # the newest engine on the last node, looked up on every poll (under
-    # Open MPI 5 the first one seen may be gone by the next look)
-    io=0
-    for _ in $(seq 1 600); do
-        lpid=$(engine_pids "$last" "$tok" | tail -1)
-        [ -n "$lpid" ] && io=$(proc_io "$last" "$lpid" wchar)
-        [ "${io:-0}" -ge "$half" ] && break
-        sleep 0.02
-    done
-    [ "${io:-0}" -ge "$half" ] || fail "$what: the engine on $last never wrote half of the file (job $id)"
     case "$what" in
         engine)
-            pid=$(engine_pids "$victim" "$tok" | tail -1)
-            if [ -z "$pid" ] || ! on_node "$victim" kill -9 "$pid"; then
-                fail "$what: cannot kill the engine on $victim (job $id)"
-            fi ;;
+            io=$(kill_at_io "$victim" "$pid" wchar "$half") ||
+                fail "$what: the engine on $victim ended before half of the file (job $id)" ;;
         agent)
             apid=$(agent_of "$id" "$victim" | head -1)
             [ -n "$apid" ] || fail "$what: no agent of job $id on $victim"
+            # half of the file in the engine, then kill the agent
+            wait_io "$victim" "$pid" wchar "$half" || fail "$what: the engine on $victim ended before half of the file (job $id)"
+            io=$(proc_io "$victim" "$pid" wchar)
             on_node "$victim" kill -9 "$apid" || fail "$what: cannot kill agent $apid on $victim" ;;
         link)
             dev=$(on_node "$victim" sh -c "ip -o route get $(scontrol show node "${nodes%% *}" | grep -oE 'NodeAddr=[^ ]+' | cut -d= -f2) 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2")
             dev=${dev:-eth0}
+            wait_io "$victim" "$pid" wchar "$half" || fail "$what: the engine on $victim ended before half of the file (job $id)"
+            io=$(proc_io "$victim" "$pid" wchar)
             on_node "$victim" ip link set "$dev" down || fail "$what: cannot take $victim's $dev down"
             # up again once the others copy without it (a new engine on the
             # reader): a longer outage makes slurmctld set the node down
@@ -122,7 +116,7 @@ repair_case() {
             done
             on_node "$victim" ip link set "$dev" up || fail "cannot bring $victim's $dev up" ;;
     esac
-    echo "$what: killed on $victim when $last had written $((${io:-0} * 100 / size)) % of the file (job $id)"
+    echo "$what: killed on $victim at $((${io:-0} * 50 / half)) % of the copy (wchar $((${io:-0} / 1048576)) MiB, job $id)"
     st=$(wait_job_end "$id" 150)
     secs=$(job_secs "$id")
     if [ "$st" != FAILED ]; then
