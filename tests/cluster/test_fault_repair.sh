@@ -95,10 +95,16 @@ repair_case() {
         agent)
             apid=$(agent_of "$id" "$victim" | head -1)
             [ -n "$apid" ] || fail "$what: no agent of job $id on $victim"
-            # half of the file in the engine, then kill the agent
-            wait_io "$victim" "$pid" wchar "$half" || fail "$what: the engine on $victim ended before half of the file (job $id)"
-            io=$(proc_io "$victim" "$pid" wchar)
-            on_node "$victim" kill -9 "$apid" || fail "$what: cannot kill agent $apid on $victim" ;;
+            # half of the file in the engine, then kill the agent: one loop
+            # inside the node (a second call could come after the copy)
+            io=$(on_node "$victim" sh -c '
+                for _ in $(seq 1 6000); do
+                    io=$(awk -v k=wchar '"'"'$1 == k":" {print $2}'"'"' "/proc/$1/io" 2>/dev/null) || exit 1
+                    [ -n "$io" ] || exit 1
+                    [ "$io" -ge "$2" ] && kill -9 "$3" && echo "$io" && exit 0
+                    sleep 0.005
+                done; exit 1' sh "$pid" "$half" "$apid") ||
+                fail "$what: could not kill agent $apid on $victim at half of the copy (job $id)" ;;
         link)
             dev=$(on_node "$victim" sh -c "ip -o route get $(scontrol show node "${nodes%% *}" | grep -oE 'NodeAddr=[^ ]+' | cut -d= -f2) 2>/dev/null | grep -oE 'dev [^ ]+' | cut -d' ' -f2")
             dev=${dev:-eth0}
