@@ -64,12 +64,23 @@ uint32_t sh_ctl_index(const struct sh_ctl *ctl) { return ctl->index; }
 uint32_t sh_ctl_nnodes(const struct sh_ctl *ctl) { return ctl->n; }
 uint16_t sh_ctl_listen_port(const struct sh_ctl *ctl) { return ctl->listen_port; }
 
-void ctl_set_nodelay(int fd)
+void ctl_set_sockopts(int fd)
 {
-    int one = 1;
+    int one = 1, idle = CTL_KEEPIDLE_S, intvl = CTL_KEEPINTVL_S, cnt = CTL_KEEPCNT;
+    unsigned int user_ms = CTL_USER_TIMEOUT_MS;
 
     /* Frames are small and latency-bound; failure only costs latency. */
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* A peer whose node or link died sends no RST: without these a wait
+     * for it lasts until the staging deadline. Keepalive probes find a
+     * silent peer gone within about 13 s, the user timeout one that does
+     * not acknowledge what we sent within 20 s; its channel then fails and
+     * the node counts as missing (repair around it, doc/design.md §5). */
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
 }
 
 void sh_ctl_close(struct sh_ctl *ctl)

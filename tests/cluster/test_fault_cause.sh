@@ -9,7 +9,9 @@
 # engine also what ended); the node's slurmd log has a line naming the node
 # and what ended (the engine, the agent, the staging process); no partial
 # DST, no temp file, no process or runtime state of the job is left, no node
-# is drained. Then the same job stages on every node. Cases F06, F21.
+# is drained (the other nodes may have their whole copy: the copy goes on
+# around a dead node, doc/design.md §5). Then the same job stages on every
+# node. Cases F06, F21.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -92,7 +94,9 @@ kill_one() {
 for what in engine agent stage; do kill_one "$what"; done
 
 rm -f "$out"
-stage_job_ends COMPLETED 180 "$src:$dst"
+# a step on every node: after a repair (doc/design.md §5) only the victim
+# stages, and a batch script alone would start on the current batch node
+stage_job_ends COMPLETED 180 "$src:$dst" "srun -N$k -n$k true && echo script-ran"
 grep -q script-ran "$out" || fail "the next job's script did not run: $(cat "$out")"
 assert_staged_everywhere "$src" "$dst"
 assert_no_drain
