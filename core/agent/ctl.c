@@ -155,15 +155,18 @@ uint32_t sh_ctl_format_missing(const struct sh_ctl *ctl,
                                const struct sh_ctl_result *res, char *buf,
                                size_t len)
 {
-    static const char *const what[] = { "", " did not answer", " unreachable behind them" };
+    static const char *const what[] = { "", " did not answer", " unreachable behind them",
+                                        " closed the control connection (agent ended or link broke)" };
+    /* causes first, then the nodes behind them */
+    static const uint32_t order[] = { SH_CTL_MISSING, SH_CTL_CLOSED, SH_CTL_UNREACHABLE };
     size_t used = 0;
     uint32_t total = 0;
 
     if (len == 0)
         return 0;
     buf[0] = '\0';
-    for (uint32_t state = SH_CTL_MISSING; state <= SH_CTL_UNREACHABLE; state++) {
-        uint32_t count = 0;
+    for (size_t o = 0; o < sizeof(order) / sizeof(order[0]); o++) {
+        uint32_t state = order[o], count = 0;
 
         for (uint32_t i = 0; i < res->nnodes; i++) {
             int n;

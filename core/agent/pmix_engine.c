@@ -198,9 +198,14 @@ static size_t describe_node(const struct sh_pmix_cfg *cfg, const struct sh_ctl_e
     int n = 0;
 
     if (e->state != SH_CTL_OK) {
-        if (pass == 0)
-            n = snprintf(msg + used, len - used, "%s%s: %s", sep, name,
-                         e->state == SH_CTL_MISSING ? "did not answer" : "unreachable");
+        static const char *const what[] = {
+            [SH_CTL_MISSING] = "did not answer",
+            [SH_CTL_UNREACHABLE] = "unreachable",
+            [SH_CTL_CLOSED] = "closed the control connection (agent ended or link broke)",
+        };
+
+        if (pass == 0 && e->state <= SH_CTL_CLOSED)
+            n = snprintf(msg + used, len - used, "%s%s: %s", sep, name, what[e->state]);
     } else if (e->tag == TAG_DONE && e->len == DONE_LEN) {
         int32_t st = host_get_status(e->data);
         uint32_t flags = (uint32_t)host_get_status(e->data + 4);

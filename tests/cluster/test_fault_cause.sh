@@ -5,8 +5,10 @@
 # staging process (stagehand-stage, the job prolog's process that started
 # the agent and records the node's outcome). Each time the job fails
 # promptly (within 45 s, not at the staging deadline), its batch script does
-# not run, and its error output is a stagehand line naming the node (for the
-# engine also what ended); the node's slurmd log has a line naming the node
+# not run, and its error output is a stagehand line naming the node and what
+# ended (the engine; for the agent or the staging process, that the node
+# closed the control connection mid-staging, not that it "did not answer");
+# the node's slurmd log has a line naming the node
 # and what ended (the engine, the agent, the staging process); no partial
 # DST, no temp file, no process or runtime state of the job is left, no node
 # is drained (the other nodes may have their whole copy: the copy goes on
@@ -64,10 +66,17 @@ kill_one() {
     ! grep -q script-ran "$out" || fail "$what: job $id: the batch script ran without its image"
     grep -q "^stagehand: --stage-image failed: .*$victim" "$out" ||
         fail "$what: job $id: the error output does not name $victim: $(cat "$out")"
-    if [ "$what" = engine ]; then
-        grep -q "^stagehand: --stage-image failed: .*$victim: $cause" "$out" ||
-            fail "$what: job $id: the error output does not say '$victim: $cause': $(cat "$out")"
-    fi
+    # the engine reports its own end; a killed agent (or one that stopped
+    # itself because its staging process ended) closes its control
+    # connection mid-staging, which its parent in the tree reports
+    case $what in
+        engine) said="$victim: $cause" ;;
+        *) said="$victim:\\? closed the control connection (agent ended or link broke)" ;;
+    esac
+    grep -q "^stagehand: --stage-image failed: .*$said" "$out" ||
+        fail "$what: job $id: the error output does not say '$said': $(cat "$out")"
+    ! grep -q "$victim:\\? did not answer" "$out" ||
+        fail "$what: job $id: the error output says $victim did not answer: $(cat "$out")"
     echo "  job's error output: $(grep '^stagehand:' "$out" | head -1)"
     # the victim's slurmd log names the node and what ended (the epilog's
     # line for the staging process comes at the job's end)
