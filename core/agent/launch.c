@@ -423,7 +423,8 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
  * error (an MPI error, the stall limit) or an abort, or done? */
 static bool survivor_status(int32_t st, uint32_t flags)
 {
-    if (flags & (SH_PMIX_NODE_DEADLINE | SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
+    if (flags & (SH_PMIX_NODE_DEADLINE | SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE |
+                 SH_PMIX_NODE_CLOSED))
         return false;
     if (flags & (SH_PMIX_NODE_STOPPED | SH_PMIX_NODE_ABORTED))
         return st != -1;
@@ -439,7 +440,7 @@ static bool survivor_status(int32_t st, uint32_t flags)
  * PMIx_Abort (Open MPI 4.1 does when a peer's connection breaks). */
 static bool dead_status(int32_t st, uint32_t flags)
 {
-    if (flags & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
+    if (flags & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE | SH_PMIX_NODE_CLOSED))
         return true;
     return st != -1 && WIFSIGNALED(st) &&
            !(flags & (SH_PMIX_NODE_STOPPED | SH_PMIX_NODE_DEADLINE | SH_PMIX_NODE_ABORTED));
@@ -470,10 +471,13 @@ static bool repair_split(const struct sh_pmix_outcome *po, const char **names, u
             int n;
 
             ndead++;
-            if (fl & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
+            if (fl & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE | SH_PMIX_NODE_CLOSED))
                 n = snprintf(lost + o, lostlen - o, "%s%s: %s", o > 0 ? "; " : "", names[i],
                              fl & SH_PMIX_NODE_MISSING ? "did not answer (its agent or "
-                             "its link died during the copy)" : "unreachable");
+                             "its link died during the copy)"
+                             : fl & SH_PMIX_NODE_CLOSED ? "its agent closed the control "
+                             "connection during the copy (agent ended or link broke)"
+                             : "unreachable");
             else
                 n = snprintf(lost + o, lostlen - o, "%s%s: engine killed by signal %d",
                              o > 0 ? "; " : "", names[i], WTERMSIG(st));

@@ -236,8 +236,9 @@ static int engine_round(struct phase *ph)
             out->node_flags[i] = (uint32_t)host_get_status(res.entry[i].data + 4) &
                                  (DONE_ABORTED | DONE_DEADLINE | DONE_STOPPED);
         } else if (res.entry[i].state != SH_CTL_OK) {
-            out->node_flags[i] = res.entry[i].state == SH_CTL_MISSING
-                                     ? SH_PMIX_NODE_MISSING : SH_PMIX_NODE_UNREACHABLE;
+            out->node_flags[i] = res.entry[i].state == SH_CTL_MISSING ? SH_PMIX_NODE_MISSING
+                                 : res.entry[i].state == SH_CTL_CLOSED ? SH_PMIX_NODE_CLOSED
+                                 : SH_PMIX_NODE_UNREACHABLE;
         }
     }
     if (req != NULL)

@@ -72,6 +72,7 @@ struct sh_pmix_cfg {
 #define SH_PMIX_NODE_STOPPED     4u      /* stopped because the run failed elsewhere */
 #define SH_PMIX_NODE_MISSING     0x100u  /* its agent did not answer */
 #define SH_PMIX_NODE_UNREACHABLE 0x200u  /* its agent could not be reached */
+#define SH_PMIX_NODE_CLOSED      0x400u  /* its agent closed the control connection */
 
 struct sh_pmix_outcome {
     int local_status;            /* waitpid status of our engine, -1 never ran */
