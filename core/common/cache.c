@@ -469,3 +469,112 @@ int sh_cache_link(const char *cache, const char *key, const char *dst)
     close(efd);
     return rc;
 }
+
+int sh_cache_evict_entry(int efd, const char *key)
+{
+    char hidden[SH_CACHE_KEY_MAX + 8];
+    struct stat sb;
+
+    if (strchr(key, '/') != NULL ||
+        (size_t)snprintf(hidden, sizeof(hidden), ".evict-%s", key) >= sizeof(hidden)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!is_entry(efd, key, &sb)) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (sb.st_nlink > 1)
+        return 0;
+    if (renameat(efd, key, efd, hidden) != 0)
+        return -1;
+    if (fstatat(efd, hidden, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return -1;
+    if (sb.st_nlink > 1) { /* a job linked it before the rename: keep it */
+        if (linkat(efd, hidden, efd, key, 0) != 0 && errno != EEXIST)
+            return -1;
+        (void)unlinkat(efd, hidden, 0);
+        return 0;
+    }
+    if (unlinkat(efd, hidden, 0) != 0)
+        return -1;
+    return 1;
+}
+
+struct lru {
+    char key[SH_CACHE_KEY_MAX];
+    uint64_t size;
+    struct timespec used;
+};
+
+static int by_use(const void *a, const void *b)
+{
+    const struct lru *x = a, *y = b;
+
+    if (x->used.tv_sec != y->used.tv_sec)
+        return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    if (x->used.tv_nsec != y->used.tv_nsec)
+        return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+int64_t sh_cache_evict(const char *cache, uint64_t bytes,
+                       void (*report)(const char *key, uint64_t size, void *arg), void *arg)
+{
+    char dir[PATH_MAX];
+    struct lru *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t freed = 0;
+    int efd, dfd;
+    DIR *d;
+    struct dirent *de;
+
+    if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) >= sizeof(dir)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (efd < 0)
+        return -1;
+    dfd = dup(efd);
+    d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (d == NULL) {
+        if (dfd >= 0)
+            close(dfd);
+        close(efd);
+        return -1;
+    }
+    while ((de = readdir(d)) != NULL) {
+        struct stat sb;
+
+        if (!is_entry(efd, de->d_name, &sb) || sb.st_nlink > 1 ||
+            strlen(de->d_name) >= SH_CACHE_KEY_MAX)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            struct lru *nv = realloc(v, nc * sizeof(*v));
+
+            if (nv == NULL)
+                break; /* evict from what is listed so far */
+            v = nv;
+            cap = nc;
+        }
+        snprintf(v[n].key, sizeof(v[n].key), "%s", de->d_name);
+        v[n].size = (uint64_t)sb.st_size;
+        v[n].used = sb.st_atim;
+        n++;
+    }
+    closedir(d);
+    if (n > 0)
+        qsort(v, n, sizeof(*v), by_use);
+    for (size_t i = 0; i < n && freed < bytes; i++) {
+        if (sh_cache_evict_entry(efd, v[i].key) != 1)
+            continue; /* taken by a job meanwhile, or gone */
+        freed += v[i].size;
+        if (report != NULL)
+            report(v[i].key, v[i].size, arg);
+    }
+    free(v);
+    close(efd);
+    return freed > INT64_MAX ? INT64_MAX : (int64_t)freed;
+}

@@ -122,6 +122,23 @@ int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e);
  * EEXIST: @dst exists; EINVAL: @dst is not a DST of the job form). */
 int sh_cache_link(const char *cache, const char *key, const char *dst);
 
+/* As root: remove entry @key of the open entries directory @efd unless a
+ * job holds it. Safe against a concurrent sh_cache_link without a lock: the
+ * entry is first renamed to ".evict-<key>" (no linker can find it any more:
+ * is_entry skips dot names, linkat fails ENOENT), then its link count is read
+ * again; a job that linked it before the rename shows as a second link and
+ * the entry is renamed back (or, if a new entry of that key appeared, left to
+ * that job's link alone). Returns 1 (removed), 0 (in use: kept), or -1 with
+ * errno. */
+int sh_cache_evict_entry(int efd, const char *key);
+
+/* As root: remove entries no job holds (link count 1), least recently used
+ * first (the atime sh_cache_link sets), until @bytes are freed or none is
+ * left. @report (may be NULL) is called with each removed entry. Returns the
+ * bytes freed, or -1 with errno (the entries directory cannot be read). */
+int64_t sh_cache_evict(const char *cache, uint64_t bytes,
+                       void (*report)(const char *key, uint64_t size, void *arg), void *arg);
+
 /* Adopt job @dst (job form), a copy the staging path published as user
  * @uid, into the cache, as root: owner root, mode 0444 (on the descriptor),
  * then a read lease proves no process holds it open for writing; one name

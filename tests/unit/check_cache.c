@@ -343,6 +343,67 @@ START_TEST(sweep_dead_jobs)
 }
 END_TEST
 
+static void count_evicted(const char *key, uint64_t size, void *arg)
+{
+    (void)key;
+    *(uint64_t *)arg += size;
+}
+
+/* Eviction: least recently used first, never an entry a job holds, and the
+ * race with a linker is settled by the link count after the rename. */
+START_TEST(evict_lru)
+{
+    static const char *const names[] = { "aa-100", "bb-200", "cc-300" };
+    char err[512], path[256], dst[256];
+    struct stat sb;
+    uint64_t seen = 0;
+    int efd;
+
+    if (geteuid() != 0)
+        return;
+    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
+    for (int i = 0; i < 3; i++) {
+        /* atime: aa oldest, cc newest */
+        const struct timespec ts[2] = { { .tv_sec = 1000 + i }, { .tv_nsec = UTIME_OMIT } };
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/entries/%s", cache, names[i]);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, (off_t)(100 * (i + 1))), 0);
+        ck_assert_int_eq(fchmod(fd, 0444), 0);
+        close(fd);
+        ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+    }
+    /* job 9 holds the oldest: it stays; bb goes first, then cc */
+    snprintf(dst, sizeof(dst), "%s/job/9/a.sqsh", cache);
+    ck_assert_int_eq(sh_cache_link(cache, "aa-100", dst), 0);
+    snprintf(path, sizeof(path), "%s/entries/aa-100", cache);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path,
+                               (const struct timespec[2]){ { .tv_sec = 1 }, { .tv_nsec = UTIME_OMIT } },
+                               0), 0);
+    ck_assert_int_eq(sh_cache_evict(cache, 150, count_evicted, &seen), 200);
+    ck_assert_uint_eq(seen, 200);
+    snprintf(path, sizeof(path), "%s/entries/bb-200", cache);
+    ck_assert_int_eq(stat(path, &sb), -1);
+    snprintf(path, sizeof(path), "%s/entries/cc-300", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_eq(sh_cache_evict(cache, UINT64_MAX, NULL, NULL), 300);
+    snprintf(path, sizeof(path), "%s/entries/aa-100", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_nlink, 2);
+    snprintf(path, sizeof(path), "%s/entries", cache);
+    efd = open(path, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(efd, 0);
+    ck_assert_int_eq(sh_cache_evict_entry(efd, "aa-100"), 0); /* held: kept */
+    ck_assert_int_eq(sh_cache_evict_entry(efd, "zz-1"), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert_int_eq(sh_cache_job_remove(cache, 9), 0);
+    ck_assert_int_eq(sh_cache_evict_entry(efd, "aa-100"), 1);
+    close(efd);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -357,6 +418,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, adopt_refusals);
     tcase_add_test(tc, seal_cleans);
     tcase_add_test(tc, sweep_dead_jobs);
+    tcase_add_test(tc, evict_lru);
     suite_add_tcase(s, tc);
     return s;
 }
