@@ -24,8 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <sys/statvfs.h>
 
 #include "internal.h"
 #include "staging.h"
@@ -113,6 +116,53 @@ static bool job_here(uint64_t jobid, void *arg)
     return false;
 }
 
+static void log_evicted(const char *key, uint64_t size, void *arg)
+{
+    const struct sh_stage_job *job = arg;
+
+    slurm_info("stagehand: job %u: evicted cache entry %s (%" PRIu64 " bytes, least "
+               "recently used, no job holds it)", job->jobid, key, size);
+}
+
+/* Bytes of @set's cache images that have no link yet (a copy will come):
+ * their sources' sizes as root sees them (0 for one root cannot stat; the
+ * marks then count what is in the cache only). */
+static uint64_t incoming_bytes(const char *cache, const struct sh_spec_set *set)
+{
+    uint64_t sum = 0;
+
+    for (size_t i = 0; i < sh_spec_set_count(set); i++) {
+        const char *dst = sh_spec_set_dst(set, i);
+        struct stat sb;
+
+        if (sh_cache_dst_kind(cache, dst, NULL) != SH_CACHE_DST_JOB || lstat(dst, &sb) == 0)
+            continue;
+        if (stat(sh_spec_set_src(set, i), &sb) == 0 && S_ISREG(sb.st_mode))
+            sum += (uint64_t)sb.st_size;
+    }
+    return sum;
+}
+
+/* Evict by the marks before the copies of @set come (doc/design.md, cache
+ * eviction). */
+static void make_room(const struct sh_config *cfg, const struct sh_stage_job *job,
+                      const struct sh_spec_set *set)
+{
+    struct statvfs fs;
+    uint64_t total, incoming = incoming_bytes(cfg->cache, set);
+
+    if (incoming == 0 && cfg->cache_max == 0)
+        return;
+    if (statvfs(cfg->cache, &fs) != 0)
+        return;
+    total = (uint64_t)fs.f_blocks * fs.f_frsize;
+    if (sh_cache_make_room(cfg->cache, incoming, sh_cache_mark_bytes(&cfg->cache_high, total),
+                           sh_cache_mark_bytes(&cfg->cache_low, total), cfg->cache_max,
+                           log_evicted, (void *)job) < 0)
+        slurm_info("stagehand: job %u: cache eviction in %s: %s", job->jobid, cfg->cache,
+                   strerror(errno));
+}
+
 int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
                            char *err, size_t errlen)
 {
@@ -133,6 +183,7 @@ int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_jo
                 slurm_info("stagehand: job %u: dropped the cache references of %d jobs no "
                            "longer on this node", job->jobid, gone);
             link_proven(cfg->cache, job, set);
+            make_room(cfg, job, set);
         }
     }
     sh_spec_set_free(set);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -577,4 +578,64 @@ int64_t sh_cache_evict(const char *cache, uint64_t bytes,
     free(v);
     close(efd);
     return freed > INT64_MAX ? INT64_MAX : (int64_t)freed;
+}
+
+/* Bytes of all entries of @cache, or -1 with errno. */
+static int64_t entries_bytes(const char *cache)
+{
+    char dir[PATH_MAX];
+    uint64_t sum = 0;
+    int efd, dfd;
+    DIR *d;
+    struct dirent *de;
+
+    if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) >= sizeof(dir)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (efd < 0)
+        return -1;
+    dfd = dup(efd);
+    d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (d == NULL) {
+        if (dfd >= 0)
+            close(dfd);
+        close(efd);
+        return -1;
+    }
+    while ((de = readdir(d)) != NULL) {
+        struct stat sb;
+
+        if (is_entry(efd, de->d_name, &sb))
+            sum += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    close(efd);
+    return sum > INT64_MAX ? INT64_MAX : (int64_t)sum;
+}
+
+int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_bytes,
+                           uint64_t low_bytes, uint64_t max,
+                           void (*report)(const char *key, uint64_t size, void *arg),
+                           void *arg)
+{
+    struct statvfs fs;
+    uint64_t used, need = 0;
+
+    if (statvfs(cache, &fs) != 0)
+        return -1;
+    used = (uint64_t)(fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+    if (used + incoming > high_bytes)
+        need = used + incoming - (low_bytes < used + incoming ? low_bytes : used + incoming);
+    if (max != 0) {
+        int64_t in_entries = entries_bytes(cache);
+
+        if (in_entries < 0)
+            return -1;
+        if ((uint64_t)in_entries + incoming > max &&
+            (uint64_t)in_entries + incoming - max > need)
+            need = (uint64_t)in_entries + incoming - max;
+    }
+    return need == 0 ? 0 : sh_cache_evict(cache, need, report, arg);
 }

@@ -139,6 +139,16 @@ int sh_cache_evict_entry(int efd, const char *key);
 int64_t sh_cache_evict(const char *cache, uint64_t bytes,
                        void (*report)(const char *key, uint64_t size, void *arg), void *arg);
 
+/* As root, before a staging into the cache of @incoming bytes (0 when not
+ * known): when the cache's filesystem would then be fuller than @high, or
+ * its entries together above @max (0: no limit), evict (sh_cache_evict)
+ * down to @low, resp. @max. Returns the bytes freed (0: nothing needed), or
+ * -1 with errno (statvfs, or the entries directory cannot be read). */
+int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_bytes,
+                           uint64_t low_bytes, uint64_t max,
+                           void (*report)(const char *key, uint64_t size, void *arg),
+                           void *arg);
+
 /* Adopt job @dst (job form), a copy the staging path published as user
  * @uid, into the cache, as root: owner root, mode 0444 (on the descriptor),
  * then a read lease proves no process holds it open for writing; one name

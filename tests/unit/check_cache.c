@@ -404,6 +404,38 @@ START_TEST(evict_lru)
 }
 END_TEST
 
+/* cache_max: entries (100 + 200 bytes) plus 150 incoming above a 400-byte
+ * limit evict the least recently used unused entry; marks far away evict
+ * nothing. */
+START_TEST(make_room_max)
+{
+    char err[512], path[256];
+    struct stat sb;
+
+    if (geteuid() != 0)
+        return;
+    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
+    for (int i = 0; i < 2; i++) {
+        const struct timespec ts[2] = { { .tv_sec = 1000 + i }, { .tv_nsec = UTIME_OMIT } };
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/entries/%s", cache, i == 0 ? "aa-100" : "bb-200");
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, (off_t)(100 * (i + 1))), 0);
+        close(fd);
+        ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+    }
+    ck_assert_int_eq(sh_cache_make_room(cache, 50, UINT64_MAX, UINT64_MAX, 400, NULL, NULL), 0);
+    ck_assert_int_eq(sh_cache_make_room(cache, 150, UINT64_MAX, UINT64_MAX, 400, NULL, NULL),
+                     100);
+    snprintf(path, sizeof(path), "%s/entries/aa-100", cache);
+    ck_assert_int_eq(stat(path, &sb), -1);
+    snprintf(path, sizeof(path), "%s/entries/bb-200", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -419,6 +451,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, seal_cleans);
     tcase_add_test(tc, sweep_dead_jobs);
     tcase_add_test(tc, evict_lru);
+    tcase_add_test(tc, make_room_max);
     suite_add_tcase(s, tc);
     return s;
 }
