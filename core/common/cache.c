@@ -374,28 +374,41 @@ static bool is_entry(int efd, const char *name, struct stat *sb)
     return S_ISREG(sb->st_mode) && sb->st_uid == 0 && (sb->st_mode & 07777) == 0444;
 }
 
-int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
+/* Open @cache's entries directory: its descriptor into *@efd and a stream
+ * of it (a second descriptor) returned. Returns NULL with errno on error. */
+static DIR *open_entries(const char *cache, int *efd)
 {
     char dir[PATH_MAX];
-    int efd, dfd, found = -1;
+    int dfd;
     DIR *d;
-    struct dirent *de;
 
     if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) >= sizeof(dir)) {
         errno = ENAMETOOLONG;
-        return -1;
+        return NULL;
     }
-    efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (efd < 0)
-        return -1;
-    dfd = dup(efd);
+    *efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*efd < 0)
+        return NULL;
+    dfd = dup(*efd);
     d = dfd < 0 ? NULL : fdopendir(dfd);
     if (d == NULL) {
         if (dfd >= 0)
             close(dfd);
-        close(efd);
-        return -1;
+        close(*efd);
+        *efd = -1;
     }
+    return d;
+}
+
+int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
+{
+    int efd, found = -1;
+    DIR *d;
+    struct dirent *de;
+
+    d = open_entries(cache, &efd);
+    if (d == NULL)
+        return -1;
     while (found != 0 && (de = readdir(d)) != NULL) {
         struct stat sb;
         int fd;
@@ -522,29 +535,16 @@ static int by_use(const void *a, const void *b)
 int64_t sh_cache_evict(const char *cache, uint64_t bytes,
                        void (*report)(const char *key, uint64_t size, void *arg), void *arg)
 {
-    char dir[PATH_MAX];
     struct lru *v = NULL;
     size_t n = 0, cap = 0;
     uint64_t freed = 0;
-    int efd, dfd;
+    int efd;
     DIR *d;
     struct dirent *de;
 
-    if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) >= sizeof(dir)) {
-        errno = ENAMETOOLONG;
+    d = open_entries(cache, &efd);
+    if (d == NULL)
         return -1;
-    }
-    efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (efd < 0)
-        return -1;
-    dfd = dup(efd);
-    d = dfd < 0 ? NULL : fdopendir(dfd);
-    if (d == NULL) {
-        if (dfd >= 0)
-            close(dfd);
-        close(efd);
-        return -1;
-    }
     while ((de = readdir(d)) != NULL) {
         struct stat sb;
 
@@ -583,27 +583,14 @@ int64_t sh_cache_evict(const char *cache, uint64_t bytes,
 /* Bytes of all entries of @cache, or -1 with errno. */
 static int64_t entries_bytes(const char *cache)
 {
-    char dir[PATH_MAX];
     uint64_t sum = 0;
-    int efd, dfd;
+    int efd;
     DIR *d;
     struct dirent *de;
 
-    if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) >= sizeof(dir)) {
-        errno = ENAMETOOLONG;
+    d = open_entries(cache, &efd);
+    if (d == NULL)
         return -1;
-    }
-    efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (efd < 0)
-        return -1;
-    dfd = dup(efd);
-    d = dfd < 0 ? NULL : fdopendir(dfd);
-    if (d == NULL) {
-        if (dfd >= 0)
-            close(dfd);
-        close(efd);
-        return -1;
-    }
     while ((de = readdir(d)) != NULL) {
         struct stat sb;
 

@@ -75,8 +75,8 @@
  * cache_low       eviction removes unused entries, least       80%
  *                 recently used first, down to this mark
  *                 (same forms; not above cache_high)
- * cache_max       the cache's entries together never exceed    0 (no limit)
- *                 this many bytes (unit K/M/G/T)
+ * cache_max       evict unused entries when a staging would    0 (no limit)
+ *                 bring all entries above this (K/M/G/T)
  *
  * Booleans accept exactly "yes" and "no".
  */
