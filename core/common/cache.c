@@ -532,8 +532,10 @@ static int by_use(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-int64_t sh_cache_evict(const char *cache, uint64_t bytes,
-                       void (*report)(const char *key, uint64_t size, void *arg), void *arg)
+/* sh_cache_evict; with @all not NULL also the bytes of all entries, held
+ * ones included, into *@all (before any eviction). */
+static int64_t evict(const char *cache, uint64_t bytes, uint64_t *all,
+                     void (*report)(const char *key, uint64_t size, void *arg), void *arg)
 {
     struct lru *v = NULL;
     size_t n = 0, cap = 0;
@@ -548,8 +550,11 @@ int64_t sh_cache_evict(const char *cache, uint64_t bytes,
     while ((de = readdir(d)) != NULL) {
         struct stat sb;
 
-        if (!is_entry(efd, de->d_name, &sb) || sb.st_nlink > 1 ||
-            strlen(de->d_name) >= SH_CACHE_KEY_MAX)
+        if (!is_entry(efd, de->d_name, &sb))
+            continue;
+        if (all != NULL)
+            *all += (uint64_t)sb.st_size;
+        if (sb.st_nlink > 1 || strlen(de->d_name) >= SH_CACHE_KEY_MAX || bytes == 0)
             continue;
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 16;
@@ -580,26 +585,10 @@ int64_t sh_cache_evict(const char *cache, uint64_t bytes,
     return freed > INT64_MAX ? INT64_MAX : (int64_t)freed;
 }
 
-/* Bytes of all entries of @cache, or -1 with errno. */
-static int64_t entries_bytes(const char *cache)
+int64_t sh_cache_evict(const char *cache, uint64_t bytes,
+                       void (*report)(const char *key, uint64_t size, void *arg), void *arg)
 {
-    uint64_t sum = 0;
-    int efd;
-    DIR *d;
-    struct dirent *de;
-
-    d = open_entries(cache, &efd);
-    if (d == NULL)
-        return -1;
-    while ((de = readdir(d)) != NULL) {
-        struct stat sb;
-
-        if (is_entry(efd, de->d_name, &sb))
-            sum += (uint64_t)sb.st_size;
-    }
-    closedir(d);
-    close(efd);
-    return sum > INT64_MAX ? INT64_MAX : (int64_t)sum;
+    return evict(cache, bytes, NULL, report, arg);
 }
 
 int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_bytes,
@@ -616,13 +605,12 @@ int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_b
     if (used + incoming > high_bytes)
         need = used + incoming - (low_bytes < used + incoming ? low_bytes : used + incoming);
     if (max != 0) {
-        int64_t in_entries = entries_bytes(cache);
+        uint64_t in_entries = 0;
 
-        if (in_entries < 0)
+        if (evict(cache, 0, &in_entries, NULL, NULL) < 0)
             return -1;
-        if ((uint64_t)in_entries + incoming > max &&
-            (uint64_t)in_entries + incoming - max > need)
-            need = (uint64_t)in_entries + incoming - max;
+        if (in_entries + incoming > max && in_entries + incoming - max > need)
+            need = in_entries + incoming - max;
     }
     return need == 0 ? 0 : sh_cache_evict(cache, need, report, arg);
 }
