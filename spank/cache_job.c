@@ -28,8 +28,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <sys/statvfs.h>
-
 #include "internal.h"
 #include "staging.h"
 #include "stagehand/cache.h"
@@ -126,41 +124,62 @@ static void log_evicted(const char *key, uint64_t size, void *arg)
 
 /* Bytes of @set's cache images that have no link yet (a copy will come):
  * their sources' sizes as root sees them (0 for one root cannot stat; the
- * marks then count what is in the cache only). */
-static uint64_t incoming_bytes(const char *cache, const struct sh_spec_set *set)
+ * marks then count what is in the cache only), and their DSTs, ", "-joined,
+ * into @what. */
+static uint64_t incoming_bytes(const char *cache, const struct sh_spec_set *set, char *what,
+                               size_t whatlen)
 {
     uint64_t sum = 0;
+    size_t o = 0;
 
+    what[0] = '\0';
     for (size_t i = 0; i < sh_spec_set_count(set); i++) {
         const char *dst = sh_spec_set_dst(set, i);
         struct stat sb;
 
         if (sh_cache_dst_kind(cache, dst, NULL) != SH_CACHE_DST_JOB || lstat(dst, &sb) == 0)
             continue;
-        if (stat(sh_spec_set_src(set, i), &sb) == 0 && S_ISREG(sb.st_mode))
-            sum += (uint64_t)sb.st_size;
+        if (stat(sh_spec_set_src(set, i), &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        sum += (uint64_t)sb.st_size;
+        if (o < whatlen)
+            o += (size_t)snprintf(what + o, whatlen - o, "%s%s (%" PRIu64 " bytes)",
+                                  o > 0 ? ", " : "image ", sh_spec_set_src(set, i),
+                                  (uint64_t)sb.st_size);
     }
     return sum;
 }
 
 /* Evict by the marks before the copies of @set come (doc/design.md, cache
- * eviction). */
-static void make_room(const struct sh_config *cfg, const struct sh_stage_job *job,
-                      const struct sh_spec_set *set)
+ * eviction), after the pre-check: -1 with the reason in @err (a user's
+ * failure: the images cannot fit even with every unused entry evicted, and
+ * nothing is evicted for them), else 0 (also when the cache cannot be
+ * read: the engine's own free-space check then decides). */
+static int make_room(const struct sh_config *cfg, const struct sh_stage_job *job,
+                     const struct sh_spec_set *set, char *err, size_t errlen)
 {
     struct statvfs fs;
-    uint64_t total, incoming = incoming_bytes(cfg->cache, set);
+    struct sh_cache_usage u;
+    char what[1024];
+    uint64_t total, incoming = incoming_bytes(cfg->cache, set, what, sizeof(what));
 
     if (incoming == 0 && cfg->cache_max == 0)
-        return;
-    if (statvfs(cfg->cache, &fs) != 0)
-        return;
+        return 0;
+    if (statvfs(cfg->cache, &fs) != 0 || sh_cache_usage(cfg->cache, &u) != 0) {
+        slurm_info("stagehand: job %u: cache eviction in %s: %s", job->jobid, cfg->cache,
+                   strerror(errno));
+        return 0;
+    }
+    if (incoming > 0 && !sh_cache_fits(cfg->cache, &u, incoming, cfg->cache_max, what, err,
+                                       errlen))
+        return -1;
     total = (uint64_t)fs.f_blocks * fs.f_frsize;
     if (sh_cache_make_room(cfg->cache, incoming, sh_cache_mark_bytes(&cfg->cache_high, total),
                            sh_cache_mark_bytes(&cfg->cache_low, total), cfg->cache_max,
                            log_evicted, (void *)job) < 0)
         slurm_info("stagehand: job %u: cache eviction in %s: %s", job->jobid, cfg->cache,
                    strerror(errno));
+    return 0;
 }
 
 int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
@@ -183,7 +202,7 @@ int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_jo
                 slurm_info("stagehand: job %u: dropped the cache references of %d jobs no "
                            "longer on this node", job->jobid, gone);
             link_proven(cfg->cache, job, set);
-            make_room(cfg, job, set);
+            rc = make_room(cfg, job, set, err, errlen);
         }
     }
     sh_spec_set_free(set);

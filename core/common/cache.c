@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "stagehand/local.h"
+#include "stagehand/size.h"
 #include "stagehand/spec.h"
 
 /* Is @s a decimal job id (no sign, no leading zero) that fits 64 bits? */
@@ -532,9 +533,9 @@ static int by_use(const void *a, const void *b)
     return strcmp(x->key, y->key);
 }
 
-/* sh_cache_evict; with @all not NULL also the bytes of all entries, held
- * ones included, into *@all (before any eviction). */
-static int64_t evict(const char *cache, uint64_t bytes, uint64_t *all,
+/* sh_cache_evict; with @u not NULL also the bytes of the entries no job
+ * holds and of those jobs hold added to @u (before any eviction). */
+static int64_t evict(const char *cache, uint64_t bytes, struct sh_cache_usage *u,
                      void (*report)(const char *key, uint64_t size, void *arg), void *arg)
 {
     struct lru *v = NULL;
@@ -552,8 +553,10 @@ static int64_t evict(const char *cache, uint64_t bytes, uint64_t *all,
 
         if (!is_entry(efd, de->d_name, &sb))
             continue;
-        if (all != NULL)
-            *all += (uint64_t)sb.st_size;
+        if (u != NULL && sb.st_nlink > 1)
+            u->held += (uint64_t)sb.st_size;
+        else if (u != NULL)
+            u->evictable += (uint64_t)sb.st_size;
         if (sb.st_nlink > 1 || strlen(de->d_name) >= SH_CACHE_KEY_MAX || bytes == 0)
             continue;
         if (n == cap) {
@@ -605,12 +608,53 @@ int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_b
     if (used + incoming > high_bytes)
         need = used + incoming - (low_bytes < used + incoming ? low_bytes : used + incoming);
     if (max != 0) {
-        uint64_t in_entries = 0;
+        struct sh_cache_usage u = { 0, 0, 0 };
+        uint64_t in_entries;
 
-        if (evict(cache, 0, &in_entries, NULL, NULL) < 0)
+        if (evict(cache, 0, &u, NULL, NULL) < 0)
             return -1;
+        in_entries = u.evictable + u.held;
         if (in_entries + incoming > max && in_entries + incoming - max > need)
             need = in_entries + incoming - max;
     }
     return need == 0 ? 0 : sh_cache_evict(cache, need, report, arg);
+}
+
+int sh_cache_usage(const char *cache, struct sh_cache_usage *u)
+{
+    struct statvfs fs;
+
+    *u = (struct sh_cache_usage){ 0, 0, 0 };
+    if (statvfs(cache, &fs) != 0)
+        return -1;
+    u->fs_free = (uint64_t)fs.f_bavail * fs.f_frsize;
+    return evict(cache, 0, u, NULL, NULL) < 0 ? -1 : 0;
+}
+
+bool sh_cache_fits(const char *cache, const struct sh_cache_usage *u, uint64_t incoming,
+                   uint64_t max, const char *what, char *msg, size_t msglen)
+{
+    uint64_t room = u->fs_free + u->evictable;
+    bool over_max = max != 0 && (u->held > max || incoming > max - u->held);
+    char need[32], fr[32], ev[32], held[32], lim[32];
+
+    if (incoming <= room && !over_max)
+        return true;
+    sh_format_size(incoming, need, sizeof(need));
+    sh_format_size(u->fs_free, fr, sizeof(fr));
+    sh_format_size(u->evictable, ev, sizeof(ev));
+    sh_format_size(u->held, held, sizeof(held));
+    if (over_max)
+        snprintf(msg, msglen, "%.1200s: %s (%" PRIu64 " bytes) cannot fit in the node image "
+                 "cache %.400s even after evicting every entry no running job uses: free %s "
+                 "+ evictable %s, in use by running jobs %s, limit cache_max=%s (%" PRIu64
+                 " bytes)", what, need, incoming, cache, fr, ev, held,
+                 sh_format_size(max, lim, sizeof(lim)), max);
+    else
+        snprintf(msg, msglen, "%.1200s: %s (%" PRIu64 " bytes) cannot fit in the node image "
+                 "cache %.400s even after evicting every entry no running job uses: free %s "
+                 "+ evictable %s = %s (%" PRIu64 " bytes), in use by running jobs %s, limit "
+                 "the filesystem's free space", what, need, incoming, cache, fr, ev,
+                 sh_format_size(room, lim, sizeof(lim)), room, held);
+    return false;
 }

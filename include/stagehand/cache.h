@@ -139,6 +139,28 @@ int sh_cache_evict_entry(int efd, const char *key);
 int64_t sh_cache_evict(const char *cache, uint64_t bytes,
                        void (*report)(const char *key, uint64_t size, void *arg), void *arg);
 
+/* A cache's room for a staging, as sh_cache_usage reads it (bytes). */
+struct sh_cache_usage {
+    uint64_t fs_free;   /* free on the cache's filesystem for a job user (f_bavail) */
+    uint64_t evictable; /* entries no job holds (link count 1) */
+    uint64_t held;      /* entries running jobs hold (a job's link: count > 1) */
+};
+
+/* As root: fill @u for @cache (its filesystem's free space, its entries'
+ * sizes by whether a job holds them). Returns 0, or -1 with errno (statvfs,
+ * or the entries directory cannot be read). */
+int sh_cache_usage(const char *cache, struct sh_cache_usage *u);
+
+/* The pre-check of a staging of @incoming bytes into @cache (images @what,
+ * for the message) before anything is evicted or copied: it fits when the
+ * filesystem's free space plus the evictable entries hold it and, with
+ * @max (cache_max=, 0: none), the entries running jobs hold plus it stay
+ * within @max. Returns true, or false with a message for the user in @msg
+ * naming the images, the bytes needed, free, evictable and held, and the
+ * limit. Never fails otherwise. */
+bool sh_cache_fits(const char *cache, const struct sh_cache_usage *u, uint64_t incoming,
+                   uint64_t max, const char *what, char *msg, size_t msglen);
+
 /* As root, before a staging into the cache of @incoming bytes (0 when not
  * known): when the cache's filesystem would then be fuller than @high, or
  * its entries together above @max (0: no limit), evict (sh_cache_evict)

@@ -436,6 +436,64 @@ START_TEST(make_room_max)
 }
 END_TEST
 
+/* The pre-check: the filesystem's free space plus the evictable entries,
+ * and cache_max less the entries running jobs hold; the message names the
+ * images, the bytes needed, free + evictable, held and the limit. */
+START_TEST(fits_precheck)
+{
+    const struct sh_cache_usage u = { .fs_free = 600, .evictable = 300, .held = 200 };
+    char msg[2048] = "";
+
+    ck_assert(sh_cache_fits("/c", &u, 900, 0, "image /s/a.sqsh", msg, sizeof(msg)));
+    ck_assert(sh_cache_fits("/c", &u, 800, 1000, "image /s/a.sqsh", msg, sizeof(msg)));
+    ck_assert_str_eq(msg, "");
+    /* free + evictable = 900 < 901 */
+    ck_assert(!sh_cache_fits("/c", &u, 901, 0, "image /s/a.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "image /s/a.sqsh: 901 B (901 bytes) cannot fit in "
+                                      "the node image cache /c even after evicting"));
+    ck_assert_ptr_nonnull(strstr(msg, "free 600 B + evictable 300 B = 900 B (900 bytes)"));
+    ck_assert_ptr_nonnull(strstr(msg, "in use by running jobs 200 B"));
+    ck_assert_ptr_nonnull(strstr(msg, "limit the filesystem's free space"));
+    /* held 200 + 801 > cache_max 1000, though the filesystem has room */
+    ck_assert(!sh_cache_fits("/c", &u, 801, 1000, "image /s/b.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "image /s/b.sqsh: 801 B (801 bytes) cannot fit"));
+    ck_assert_ptr_nonnull(strstr(msg, "free 600 B + evictable 300 B, in use by running jobs "
+                                      "200 B, limit cache_max=1000 B (1000 bytes)"));
+    /* held above the limit already: nothing fits */
+    ck_assert(!sh_cache_fits("/c", &u, 1, 100, "image /s/c.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "cache_max=100 B"));
+}
+END_TEST
+
+/* sh_cache_usage: entries split by whether a job holds them. */
+START_TEST(usage_held)
+{
+    char err[512], path[256], dst[256];
+    struct sh_cache_usage u;
+
+    if (geteuid() != 0)
+        return;
+    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
+    for (int i = 0; i < 2; i++) {
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/entries/%s", cache, i == 0 ? "aa-100" : "bb-200");
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, (off_t)(100 * (i + 1))), 0);
+        close(fd);
+    }
+    snprintf(dst, sizeof(dst), "%s/job/9/b.sqsh", cache);
+    ck_assert_int_eq(sh_cache_link(cache, "bb-200", dst), 0);
+    ck_assert_int_eq(sh_cache_usage(cache, &u), 0);
+    ck_assert_uint_eq(u.evictable, 100);
+    ck_assert_uint_eq(u.held, 200);
+    ck_assert_uint_gt(u.fs_free, 0);
+    snprintf(path, sizeof(path), "%s/nowhere", cache);
+    ck_assert_int_eq(sh_cache_usage(path, &u), -1);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -452,6 +510,8 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, sweep_dead_jobs);
     tcase_add_test(tc, evict_lru);
     tcase_add_test(tc, make_room_max);
+    tcase_add_test(tc, fits_precheck);
+    tcase_add_test(tc, usage_held);
     suite_add_tcase(s, tc);
     return s;
 }
