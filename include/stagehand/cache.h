@@ -152,7 +152,7 @@ struct sh_cache_usage {
 int sh_cache_usage(const char *cache, struct sh_cache_usage *u);
 
 /* The pre-check of a staging of @incoming bytes into @cache (images @what,
- * for the message) before anything is evicted or copied: it fits when the
+ * their SRCs for the message) before anything is evicted or copied: it fits when the
  * filesystem's free space plus the evictable entries hold it and, with
  * @max (cache_max=, 0: none), the entries running jobs hold plus it stay
  * within @max. Returns true, or false with a message for the user in @msg

@@ -3,7 +3,8 @@
 # its pre-check, and `stagehand-cache prune`. With cache_max=5M:
 #  - image H (1.2 MB) is staged by a job that keeps running (its entry is
 #    the least recently used one and has a job's link), then A1 and A2
-#    (1.2 MB each) by jobs that end;
+#    (1.2 MB each, the sizes differ by a byte to tell the entries apart
+#    without reading them: a read is a use) by jobs that end;
 #  - staging B (2.0 MB) would bring the entries to 5.6 MB: on every node
 #    A1, the least recently used unused entry, is evicted and nothing else
 #    (H is older but held); B is copied, byte-identical, and published;
@@ -14,6 +15,9 @@
 #  - `prune --to P` on a node filled to just above P % evicts unused
 #    entries least recently used first until under P, names each, exit 0;
 #    `prune --to 0` evicts every unused entry, keeps H, exits 1;
+#  - a node alone that cannot fit image D (an entry held there) refuses it
+#    through its agent's vote: every node fails the job at once, naming
+#    that node;
 #  - nothing under a destination or entry name is partial: every entry left
 #    holds one source's bytes and its name's size, no temp file anywhere.
 # shellcheck source=lib.sh
@@ -40,13 +44,13 @@ cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     plugstack_restore
     rm -rf "$dir" "$out" "$outh"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "$cache" "$filler"; done
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "$cache" "$filler" "/nvme/$tok.hold"; done
 }
 trap cleanup EXIT
 
 mkdir -p "$dir"
 chown "$MINICLUSTER_USER" "$dir"
-declare -A size=([H]=1200000 [A1]=1200000 [A2]=1200000 [B]=2000000 [C]=4200000)
+declare -A size=([H]=1200000 [A1]=1200001 [A2]=1200002 [B]=2000000 [C]=4200000)
 declare -A sha
 for i in H A1 A2 B C; do
     as_user sh -c "head -c ${size[$i]} /dev/urandom >'$dir/$i.sqsh' && chmod 0644 '$dir/$i.sqsh'" ||
@@ -56,10 +60,11 @@ done
 for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "$cache"; done
 plugstack_add cache=$cache cache_max=5M verbose=yes
 
-# The entry of image @2 on node @1 ("" when it has none): its key.
+# The entry of image @2 on node @1 ("" when it has none): its key, found by
+# the size its name ends in (the sizes differ). Never read an entry's bytes
+# before the evictions: a read sets its atime, its last use.
 entry_of() {
-    on_node "$1" sh -c "cd '$cache/entries' 2>/dev/null && for e in *-${size[$2]}; do
-        [ -f \"\$e\" ] && [ \"\$(sha256sum <\"\$e\" | cut -d' ' -f1)\" = '${sha[$2]}' ] && echo \"\$e\"; done; true"
+    on_node "$1" sh -c "ls '$cache/entries' 2>/dev/null | grep -- '-${size[$2]}\$'; true"
 }
 # Every node has an entry of each image named in @1 and none of those in @2.
 assert_entries() { # "present..." "absent..."
@@ -105,7 +110,7 @@ lo=$(log_offset "$n1")
 stage_job_ends FAILED 120 "$dir/C.sqsh"
 grep -q script-ran "$out" && fail "job $job_id (C)'s script ran: $(cat "$out")"
 msg=$(cat "$out")
-for w in "$dir/C.sqsh (4200000 bytes)" "4.01 MiB (4200000 bytes) cannot fit in the node image cache $cache" \
+for w in "$dir/C.sqsh: 4.01 MiB (4200000 bytes) cannot fit in the node image cache $cache" "${MINICLUSTER_NODES// /, }: " \
          "free " "+ evictable 3.05 MiB" "in use by running jobs 1.14 MiB" "limit cache_max=5.00 MiB (5242880 bytes)"; do
     grep -qF -- "$w" <<<"$msg" || fail "job $job_id (C)'s message lacks '$w': $msg"
 done
@@ -158,6 +163,29 @@ touch "$release"
 st=$(wait_job_end "$jh" 120)
 [ "$st" = COMPLETED ] || fail "job $jh (H) ended $st: $(cat "$outh")"
 
+# 7. one node alone cannot fit D: an entry of 4 MB held there (a planted
+# link) + D's 2.5 MB > 5 MiB. Its agent votes the refusal, so every node
+# fails the job at once (not after join_timeout, 60 s), naming that node.
+dsize=2500000
+as_user sh -c "head -c $dsize /dev/urandom >'$dir/D.sqsh' && chmod 0644 '$dir/D.sqsh'" || fail "cannot create D"
+held=$(printf '%032d' 0)-4000000
+on_node "$n2" sh -c "head -c 4000000 /dev/zero >'$cache/entries/$held' && chmod 0444 '$cache/entries/$held' && ln '$cache/entries/$held' '/nvme/$tok.hold'" ||
+    fail "$n2: cannot plant a held entry"
+t0=$SECONDS
+stage_job_ends FAILED 120 "$dir/D.sqsh"
+took=$((SECONDS - t0))
+on_node "$n2" rm -f "$cache/entries/$held" "/nvme/$tok.hold"
+grep -q script-ran "$out" && fail "job $job_id (D)'s script ran: $(cat "$out")"
+grep -qF ": $n2: $dir/D.sqsh: 2.38 MiB ($dsize bytes) cannot fit in the node image cache $cache" "$out" ||
+    fail "job $job_id (D)'s message: $(cat "$out")"
+grep -qF "in use by running jobs 3.81 MiB, limit cache_max=" "$out" || fail "job $job_id (D)'s message: $(cat "$out")"
+[ "$took" -lt 50 ] || fail "job $job_id (D) took $took s to fail: the other nodes waited for $n2"
+assert_no_drain
+for n in $MINICLUSTER_NODES; do
+    left=$(on_node "$n" find "$cache" -type f -size "${dsize}c")
+    [ -z "$left" ] || fail "$n: a file of D's size in the cache: $left"
+done
+
 # 6. nothing partial: each entry holds a source's bytes and its name's size;
 # no temp file in the cache
 for n in $MINICLUSTER_NODES; do
@@ -172,4 +200,4 @@ for n in $MINICLUSTER_NODES; do
     [ -z "$left" ] || fail "$n: temp files: $left"
 done
 assert_no_drain
-echo "PASS: cache_max evicts the LRU unused entry (A1) on every node, never the held one (H); B copied and published; C refused before any copy naming its size, free + evictable, held and the limit; prune --to $pct ($over bytes over) removed $want, prune --to 0 every unused entry with exit 1"
+echo "PASS: cache_max evicts the LRU unused entry (A1) on every node, never the held one (H); B copied and published; C refused before any copy naming its size, free + evictable, held and the limit; prune --to $pct ($over bytes over) removed $want, prune --to 0 every unused entry with exit 1; one node refusing D failed the job on all in $took s"

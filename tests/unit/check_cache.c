@@ -444,23 +444,23 @@ START_TEST(fits_precheck)
     const struct sh_cache_usage u = { .fs_free = 600, .evictable = 300, .held = 200 };
     char msg[2048] = "";
 
-    ck_assert(sh_cache_fits("/c", &u, 900, 0, "image /s/a.sqsh", msg, sizeof(msg)));
-    ck_assert(sh_cache_fits("/c", &u, 800, 1000, "image /s/a.sqsh", msg, sizeof(msg)));
+    ck_assert(sh_cache_fits("/c", &u, 900, 0, "/s/a.sqsh", msg, sizeof(msg)));
+    ck_assert(sh_cache_fits("/c", &u, 800, 1000, "/s/a.sqsh", msg, sizeof(msg)));
     ck_assert_str_eq(msg, "");
     /* free + evictable = 900 < 901 */
-    ck_assert(!sh_cache_fits("/c", &u, 901, 0, "image /s/a.sqsh", msg, sizeof(msg)));
-    ck_assert_ptr_nonnull(strstr(msg, "image /s/a.sqsh: 901 B (901 bytes) cannot fit in "
+    ck_assert(!sh_cache_fits("/c", &u, 901, 0, "/s/a.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "/s/a.sqsh: 901 B (901 bytes) cannot fit in "
                                       "the node image cache /c even after evicting"));
     ck_assert_ptr_nonnull(strstr(msg, "free 600 B + evictable 300 B = 900 B (900 bytes)"));
     ck_assert_ptr_nonnull(strstr(msg, "in use by running jobs 200 B"));
     ck_assert_ptr_nonnull(strstr(msg, "limit the filesystem's free space"));
     /* held 200 + 801 > cache_max 1000, though the filesystem has room */
-    ck_assert(!sh_cache_fits("/c", &u, 801, 1000, "image /s/b.sqsh", msg, sizeof(msg)));
-    ck_assert_ptr_nonnull(strstr(msg, "image /s/b.sqsh: 801 B (801 bytes) cannot fit"));
+    ck_assert(!sh_cache_fits("/c", &u, 801, 1000, "/s/b.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "/s/b.sqsh: 801 B (801 bytes) cannot fit"));
     ck_assert_ptr_nonnull(strstr(msg, "free 600 B + evictable 300 B, in use by running jobs "
                                       "200 B, limit cache_max=1000 B (1000 bytes)"));
     /* held above the limit already: nothing fits */
-    ck_assert(!sh_cache_fits("/c", &u, 1, 100, "image /s/c.sqsh", msg, sizeof(msg)));
+    ck_assert(!sh_cache_fits("/c", &u, 1, 100, "/s/c.sqsh", msg, sizeof(msg)));
     ck_assert_ptr_nonnull(strstr(msg, "cache_max=100 B"));
 }
 END_TEST
