@@ -351,19 +351,15 @@ static void count_evicted(const char *key, uint64_t size, void *arg)
 
 /* Eviction: least recently used first, never an entry a job holds, and the
  * race with a linker is settled by the link count after the rename. */
-START_TEST(evict_lru)
+/* As root: job 9's directories and entries aa-100, bb-200 (, cc-300) of
+ * those sizes, root's and 0444, least recently used first (atimes 1000 + i). */
+static void make_entries(int n)
 {
     static const char *const names[] = { "aa-100", "bb-200", "cc-300" };
-    char err[512], path[256], dst[256];
-    struct stat sb;
-    uint64_t seen = 0;
-    int efd;
+    char err[512], path[256];
 
-    if (geteuid() != 0)
-        return;
     ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
-    for (int i = 0; i < 3; i++) {
-        /* atime: aa oldest, cc newest */
+    for (int i = 0; i < n; i++) {
         const struct timespec ts[2] = { { .tv_sec = 1000 + i }, { .tv_nsec = UTIME_OMIT } };
         int fd;
 
@@ -375,6 +371,18 @@ START_TEST(evict_lru)
         close(fd);
         ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
     }
+}
+
+START_TEST(evict_lru)
+{
+    char path[256], dst[256];
+    struct stat sb;
+    uint64_t seen = 0;
+    int efd;
+
+    if (geteuid() != 0)
+        return;
+    make_entries(3);
     /* job 9 holds the oldest: it stays; bb goes first, then cc */
     snprintf(dst, sizeof(dst), "%s/job/9/a.sqsh", cache);
     ck_assert_int_eq(sh_cache_link(cache, "aa-100", dst), 0);
@@ -409,23 +417,12 @@ END_TEST
  * nothing. */
 START_TEST(make_room_max)
 {
-    char err[512], path[256];
+    char path[256];
     struct stat sb;
 
     if (geteuid() != 0)
         return;
-    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
-    for (int i = 0; i < 2; i++) {
-        const struct timespec ts[2] = { { .tv_sec = 1000 + i }, { .tv_nsec = UTIME_OMIT } };
-        int fd;
-
-        snprintf(path, sizeof(path), "%s/entries/%s", cache, i == 0 ? "aa-100" : "bb-200");
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(ftruncate(fd, (off_t)(100 * (i + 1))), 0);
-        close(fd);
-        ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
-    }
+    make_entries(2);
     ck_assert_int_eq(sh_cache_make_room(cache, 50, UINT64_MAX, UINT64_MAX, 400, NULL, NULL), 0);
     ck_assert_int_eq(sh_cache_make_room(cache, 150, UINT64_MAX, UINT64_MAX, 400, NULL, NULL),
                      100);
@@ -468,21 +465,12 @@ END_TEST
 /* sh_cache_usage: entries split by whether a job holds them. */
 START_TEST(usage_held)
 {
-    char err[512], path[256], dst[256];
+    char path[256], dst[256];
     struct sh_cache_usage u;
 
     if (geteuid() != 0)
         return;
-    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
-    for (int i = 0; i < 2; i++) {
-        int fd;
-
-        snprintf(path, sizeof(path), "%s/entries/%s", cache, i == 0 ? "aa-100" : "bb-200");
-        fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(ftruncate(fd, (off_t)(100 * (i + 1))), 0);
-        close(fd);
-    }
+    make_entries(2);
     snprintf(dst, sizeof(dst), "%s/job/9/b.sqsh", cache);
     ck_assert_int_eq(sh_cache_link(cache, "bb-200", dst), 0);
     ck_assert_int_eq(sh_cache_usage(cache, &u), 0);
