@@ -167,13 +167,15 @@ static void make_room(const struct sh_config *cfg, const struct sh_stage_job *jo
                       const struct sh_spec_set *set)
 {
     struct statvfs fs;
-    struct sh_cache_usage u;
+    struct sh_cache_usage u = { 0, 0, 0 };
     char what[1024];
     uint64_t total, incoming = incoming_bytes(cfg->cache, set, what, sizeof(what));
 
     if (incoming == 0 && cfg->cache_max == 0)
         return;
-    if (statvfs(cfg->cache, &fs) != 0 || sh_cache_usage(cfg->cache, &u) != 0) {
+    /* the warm path (nothing to copy) reads no entry for the pre-check */
+    if (statvfs(cfg->cache, &fs) != 0 ||
+        (incoming > 0 && sh_cache_usage(cfg->cache, &u) != 0)) {
         slurm_info("stagehand: job %u: cache eviction in %s: %s", job->jobid, cfg->cache,
                    strerror(errno));
         return;
