@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +37,14 @@
 
 /* The job-form spec sh_cache_stage_prepare made (one staging per process). */
 static char *job_spec;
+
+/* The pre-check's refusal of this staging ("" when the images fit). */
+static char refusal[SH_STATUS_LINE_MAX];
+
+const char *sh_cache_refusal(void)
+{
+    return refusal[0] != '\0' ? refusal : NULL;
+}
 
 /* Link each image of @set whose DST is missing and whose source has an entry
  * the job user proves current. */
@@ -113,12 +122,84 @@ static bool job_here(uint64_t jobid, void *arg)
     return false;
 }
 
+static void log_evicted(const char *key, uint64_t size, void *arg)
+{
+    const struct sh_stage_job *job = arg;
+
+    slurm_info("stagehand: job %u: evicted cache entry %s (%" PRIu64 " bytes, least "
+               "recently used, no job holds it)", job->jobid, key, size);
+}
+
+/* Bytes of @set's cache images that have no link yet (a copy will come):
+ * their sources' sizes as root sees them (0 for one root cannot stat; the
+ * marks then count what is in the cache only), and their SRCs, ", "-joined,
+ * into @what. */
+static uint64_t incoming_bytes(const char *cache, const struct sh_spec_set *set, char *what,
+                               size_t whatlen)
+{
+    uint64_t sum = 0;
+    size_t o = 0;
+
+    what[0] = '\0';
+    for (size_t i = 0; i < sh_spec_set_count(set); i++) {
+        const char *dst = sh_spec_set_dst(set, i);
+        struct stat sb;
+
+        if (sh_cache_dst_kind(cache, dst, NULL) != SH_CACHE_DST_JOB || lstat(dst, &sb) == 0)
+            continue;
+        if (stat(sh_spec_set_src(set, i), &sb) != 0 || !S_ISREG(sb.st_mode))
+            continue;
+        sum += (uint64_t)sb.st_size;
+        if (o < whatlen)
+            o += (size_t)snprintf(what + o, whatlen - o, "%s%s", o > 0 ? ", " : "",
+                                  sh_spec_set_src(set, i));
+    }
+    return sum;
+}
+
+/* Evict by the marks before the copies of @set come (doc/design.md, cache
+ * eviction), after the pre-check: when the images cannot fit even with
+ * every unused entry evicted, nothing is evicted for them and the reason
+ * goes to the agent (refusal: this node then votes that error, and every
+ * node fails the job at once, a user's failure). When the cache cannot be
+ * read, the engine's own free-space check decides. */
+static void make_room(const struct sh_config *cfg, const struct sh_stage_job *job,
+                      const struct sh_spec_set *set)
+{
+    struct statvfs fs;
+    struct sh_cache_usage u = { 0, 0, 0 };
+    char what[1024];
+    uint64_t total, incoming = incoming_bytes(cfg->cache, set, what, sizeof(what));
+
+    if (incoming == 0 && cfg->cache_max == 0)
+        return;
+    /* the warm path (nothing to copy) reads no entry for the pre-check */
+    if (statvfs(cfg->cache, &fs) != 0 ||
+        (incoming > 0 && sh_cache_usage(cfg->cache, &u) != 0)) {
+        slurm_info("stagehand: job %u: cache eviction in %s: %s", job->jobid, cfg->cache,
+                   strerror(errno));
+        return;
+    }
+    if (incoming > 0 && !sh_cache_fits(cfg->cache, &u, incoming, cfg->cache_max, what,
+                                       refusal, sizeof(refusal))) {
+        slurm_info("stagehand: job %u: %s", job->jobid, refusal);
+        return;
+    }
+    total = (uint64_t)fs.f_blocks * fs.f_frsize;
+    if (sh_cache_make_room(cfg->cache, incoming, sh_cache_mark_bytes(&cfg->cache_high, total),
+                           sh_cache_mark_bytes(&cfg->cache_low, total), cfg->cache_max,
+                           log_evicted, (void *)job) < 0)
+        slurm_info("stagehand: job %u: cache eviction in %s: %s", job->jobid, cfg->cache,
+                   strerror(errno));
+}
+
 int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
                            char *err, size_t errlen)
 {
     struct sh_spec_set *set;
     int rc = 0;
 
+    refusal[0] = '\0';
     if (cfg == NULL || cfg->cache[0] == '\0' || job_spec == NULL)
         return 0;
     set = sh_spec_set_deserialize(job_spec, err, errlen);
@@ -133,6 +214,7 @@ int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_jo
                 slurm_info("stagehand: job %u: dropped the cache references of %d jobs no "
                            "longer on this node", job->jobid, gone);
             link_proven(cfg->cache, job, set);
+            make_room(cfg, job, set);
         }
     }
     sh_spec_set_free(set);

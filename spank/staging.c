@@ -131,6 +131,8 @@ int sh_agent_write_inputs(int fd, const struct sh_stage_job *job, bool detached,
         rc |= sh_kv_put(f, SH_AGENT_IN_ARG, av[i]);
     if (detached)
         rc |= sh_kv_put(f, SH_AGENT_IN_LOCAL, "current");
+    else if (sh_cache_refusal() != NULL)
+        rc |= sh_kv_put(f, SH_AGENT_IN_REFUSE, sh_cache_refusal());
     if (listener >= 0)
         rc |= sh_kv_putf(f, SH_AGENT_IN_LISTENER, "%d", listener);
     rc |= fprintf(f, "%s\n", SH_AGENT_IN_END) < 0 ? -1 : 0;

@@ -172,6 +172,9 @@ const char *sh_cache_job_spec(const struct sh_config *cfg, const struct sh_stage
  * to be theirs. Returns 0, or -1 with the user's message in @err. */
 int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_job *job,
                            char *err, size_t errlen);
+/* The cache pre-check's refusal of this staging (sh_cache_stage_prepare):
+ * the message for the agent's refuse= input, or NULL when it fits. */
+const char *sh_cache_refusal(void);
 /* After a successful agent: adopt each new copy with its report
  * (@reports[i]: "<digest> <identity>" from the agent, or NULL). Returns 0, or
  * -1 with the message for the user in @msg (the copy is gone). */

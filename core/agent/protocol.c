@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -196,6 +197,7 @@ static enum sh_vote local_vote(struct agent *a, const struct image_run *r, char 
     struct statfs fs;
     char who[256], their[PATH_MAX];
     const char *fsname = NULL;
+    struct stat dsb;
     enum sh_vote v;
 
     if (statfs(dir, &fs) == 0)
@@ -205,6 +207,14 @@ static enum sh_vote local_vote(struct agent *a, const struct image_run *r, char 
         dst[strlen(a->dflt)] == '/') {
         snprintf(why, whylen, "%.1500s", a->dflt_error);
         return SH_VOTE_ERROR; /* make_default_dir: a user's object */
+    }
+    /* The plugin's cache pre-check: this node's cache images cannot fit
+     * (a user's failure); a cache image linked already is not refused. */
+    if (a->in.refuse[0] != '\0' && a->cfg.cache[0] != '\0' &&
+        sh_cache_dst_kind(a->cfg.cache, dst, NULL) == SH_CACHE_DST_JOB &&
+        lstat(dst, &dsb) != 0) {
+        snprintf(why, whylen, "%.1500s", a->in.refuse);
+        return SH_VOTE_ERROR;
     }
     if (fsname != NULL || marker_foreign(a, r->img, dir, who, sizeof(who))) {
         if (fsname != NULL)

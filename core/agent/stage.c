@@ -156,6 +156,8 @@ static int read_inputs(FILE *f, struct agent_in *in, char *err, size_t errlen)
             bad = sh_parse_u64(value, &v) != 0 || v <= STDERR_FILENO || v > 1023;
             in->listener = (int)v;
             in->have_listener = !bad;
+        } else if (strcmp(key, SH_AGENT_IN_REFUSE) == 0) {
+            bad = value[0] == '\0' || copy_in(in->refuse, sizeof(in->refuse), value);
         } else if (strcmp(key, SH_AGENT_IN_UMASK) == 0) {
             bad = sh_parse_mode(value, &in->umask_bits) != 0;
         } else if (strcmp(key, SH_AGENT_IN_ARG) == 0) {

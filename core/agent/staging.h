@@ -57,6 +57,7 @@ struct agent_in {
                              * which bound the job's control-plane port */
     int listener;
     unsigned umask_bits;    /* the job's umask (umask=; SH_UMASK_DEFAULT) */
+    char refuse[SH_STATUS_LINE_MAX]; /* refuse=: the cache pre-check's message */
     int nargs;
     char *args[MAX_ARGS];
 };

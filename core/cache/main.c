@@ -4,6 +4,7 @@
  *   stagehand-cache --cache DIR list [--json]
  *   stagehand-cache --cache DIR remove DIGEST|SRC
  *   stagehand-cache --cache DIR verify
+ *   stagehand-cache --cache DIR prune [--to PERCENT]
  *   stagehand-cache adopt    (internal) the staging process's adoption of a
  *                            job's new copy: inputs on stdin as key=value
  *                            lines (stagehand/kv.h) ending with "end", never
@@ -24,6 +25,7 @@
 #include <stdbool.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +46,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: stagehand-cache --cache DIR list [--json]\n"
                "       stagehand-cache --cache DIR remove DIGEST|SRC\n"
                "       stagehand-cache --cache DIR verify\n"
+               "       stagehand-cache --cache DIR prune [--to PERCENT]\n"
                "DIR is the plugstack's cache= (stagehand-cache(8)); run as root on a node.\n");
 }
 
@@ -298,10 +301,21 @@ static int remove_row(const char *cache, struct row *r, void *arg)
         printf("%s: in use by job%s %s: kept\n", r->e.key, r->e.links > 2 ? "s" : "", r->jobs);
         return 0;
     }
-    snprintf(path, sizeof(path), "%s/%s/%s", cache, SH_CACHE_ENTRIES, r->e.key);
-    if (unlink(path) != 0) {
-        fprintf(stderr, "stagehand-cache: %s: %s\n", path, strerror(errno));
-        return -1;
+    snprintf(path, sizeof(path), "%s/%s", cache, SH_CACHE_ENTRIES);
+    {
+        int efd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int rc = efd < 0 ? -1 : sh_cache_evict_entry(efd, r->e.key);
+
+        if (efd >= 0)
+            close(efd);
+        if (rc < 0) {
+            fprintf(stderr, "stagehand-cache: %s/%s: %s\n", path, r->e.key, strerror(errno));
+            return -1;
+        }
+        if (rc == 0) {
+            printf("%s: taken by a job just now: kept\n", r->e.key);
+            return 0;
+        }
     }
     printf("%s: removed (%s)\n", r->e.key, r->e.rec.src.path);
     t->removed++;
@@ -379,6 +393,71 @@ static int cmd_verify(const char *cache)
     return bad > 0 ? 1 : 0;
 }
 
+static void print_evicted(const char *key, uint64_t size, void *arg)
+{
+    char h[32];
+
+    (*(unsigned *)arg)++;
+    printf("%s: removed (%s, least recently used and no job holds it)\n", key,
+           sh_format_size(size, h, sizeof(h)));
+}
+
+/* prune: evict unused entries, least recently used first, until the cache's
+ * filesystem is at most @pct percent full. */
+static int cmd_prune(const char *cache, const char *to)
+{
+    struct statvfs fs;
+    uint64_t pct = 80, total, used, target;
+    unsigned n = 0;
+    int64_t freed;
+    char num[32], a[32], b[32];
+
+    if (to != NULL) {
+        size_t len = strlen(to);
+
+        if (len > 0 && to[len - 1] == '%')
+            len--;
+        if (len == 0 || len >= sizeof(num)) {
+            fprintf(stderr, "stagehand-cache prune: --to '%s': expected a percentage of the "
+                    "cache's filesystem, 0 to 100 (e.g. --to 70)\n", to);
+            return 2;
+        }
+        memcpy(num, to, len);
+        num[len] = '\0';
+        if (sh_parse_u64(num, &pct) != 0 || pct > 100) {
+            fprintf(stderr, "stagehand-cache prune: --to '%s': expected a percentage of the "
+                    "cache's filesystem, 0 to 100 (e.g. --to 70)\n", to);
+            return 2;
+        }
+    }
+    if (statvfs(cache, &fs) != 0) {
+        fprintf(stderr, "stagehand-cache prune: %s: %s\n", cache, strerror(errno));
+        return 1;
+    }
+    total = (uint64_t)fs.f_blocks * fs.f_frsize;
+    used = (uint64_t)(fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+    target = total / 100 * pct + total % 100 * pct / 100;
+    if (used <= target) {
+        printf("%s: %s of %s in use, at most %" PRIu64 "%%: nothing to remove\n", cache,
+               sh_format_size(used, a, sizeof(a)), sh_format_size(total, b, sizeof(b)), pct);
+        return 0;
+    }
+    freed = sh_cache_evict(cache, used - target, print_evicted, &n);
+    if (freed < 0) {
+        fprintf(stderr, "stagehand-cache prune: %s/%s: %s\n", cache, SH_CACHE_ENTRIES,
+                strerror(errno));
+        return 1;
+    }
+    printf("%s: removed %u entr%s, %s freed\n", cache, n, n == 1 ? "y" : "ies",
+           sh_format_size((uint64_t)freed, a, sizeof(a)));
+    if ((uint64_t)freed < used - target) {
+        printf("%s: still above %" PRIu64 "%%: the rest is in use by running jobs or not "
+               "the cache's\n", cache, pct);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = { { "cache", required_argument, NULL, 'c' },
@@ -426,11 +505,19 @@ int main(int argc, char **argv)
     /* options may also follow the command */
     {
         const char *cmd = argv[optind++];
-        const char *arg = NULL;
+        const char *arg = NULL, *to = NULL;
 
         for (; optind < argc; optind++) {
             if (strcmp(argv[optind], "--json") == 0)
                 json = true;
+            else if (strcmp(cmd, "prune") == 0 && strcmp(argv[optind], "--to") == 0) {
+                if (optind + 1 >= argc) {
+                    fprintf(stderr, "stagehand-cache prune: --to needs a PERCENT\n");
+                    return 2;
+                }
+                to = argv[++optind];
+            } else if (strcmp(cmd, "prune") == 0 && strncmp(argv[optind], "--to=", 5) == 0)
+                to = argv[optind] + 5;
             else if (arg == NULL)
                 arg = argv[optind];
             else {
@@ -445,6 +532,8 @@ int main(int argc, char **argv)
             return cmd_remove(cache, arg);
         if (strcmp(cmd, "verify") == 0 && arg == NULL && !json)
             return cmd_verify(cache);
+        if (strcmp(cmd, "prune") == 0 && arg == NULL && !json)
+            return cmd_prune(cache, to);
         fprintf(stderr, "stagehand-cache: '%s%s%s' is not a command of this form\n", cmd,
                 arg != NULL ? " " : "", arg != NULL ? arg : "");
         usage(stderr);

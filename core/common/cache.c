@@ -14,10 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include "stagehand/local.h"
+#include "stagehand/size.h"
 #include "stagehand/spec.h"
 
 /* Is @s a decimal job id (no sign, no leading zero) that fits 64 bits? */
@@ -373,28 +375,41 @@ static bool is_entry(int efd, const char *name, struct stat *sb)
     return S_ISREG(sb->st_mode) && sb->st_uid == 0 && (sb->st_mode & 07777) == 0444;
 }
 
-int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
+/* Open @cache's entries directory: its descriptor into *@efd and a stream
+ * of it (a second descriptor) returned. Returns NULL with errno on error. */
+static DIR *open_entries(const char *cache, int *efd)
 {
     char dir[PATH_MAX];
-    int efd, dfd, found = -1;
+    int dfd;
     DIR *d;
-    struct dirent *de;
 
     if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) >= sizeof(dir)) {
         errno = ENAMETOOLONG;
-        return -1;
+        return NULL;
     }
-    efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (efd < 0)
-        return -1;
-    dfd = dup(efd);
+    *efd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (*efd < 0)
+        return NULL;
+    dfd = dup(*efd);
     d = dfd < 0 ? NULL : fdopendir(dfd);
     if (d == NULL) {
         if (dfd >= 0)
             close(dfd);
-        close(efd);
-        return -1;
+        close(*efd);
+        *efd = -1;
     }
+    return d;
+}
+
+int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
+{
+    int efd, found = -1;
+    DIR *d;
+    struct dirent *de;
+
+    d = open_entries(cache, &efd);
+    if (d == NULL)
+        return -1;
     while (found != 0 && (de = readdir(d)) != NULL) {
         struct stat sb;
         int fd;
@@ -468,4 +483,178 @@ int sh_cache_link(const char *cache, const char *key, const char *dst)
         (void)utimensat(efd, key, ts, AT_SYMLINK_NOFOLLOW); /* last use, for eviction */
     close(efd);
     return rc;
+}
+
+int sh_cache_evict_entry(int efd, const char *key)
+{
+    char hidden[SH_CACHE_KEY_MAX + 8];
+    struct stat sb;
+
+    if (strchr(key, '/') != NULL ||
+        (size_t)snprintf(hidden, sizeof(hidden), ".evict-%s", key) >= sizeof(hidden)) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!is_entry(efd, key, &sb)) {
+        errno = ENOENT;
+        return -1;
+    }
+    if (sb.st_nlink > 1)
+        return 0;
+    if (renameat(efd, key, efd, hidden) != 0)
+        return -1;
+    if (fstatat(efd, hidden, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+        return -1;
+    if (sb.st_nlink > 1) { /* a job linked it before the rename: keep it */
+        if (linkat(efd, hidden, efd, key, 0) != 0 && errno != EEXIST)
+            return -1;
+        (void)unlinkat(efd, hidden, 0);
+        return 0;
+    }
+    if (unlinkat(efd, hidden, 0) != 0)
+        return -1;
+    return 1;
+}
+
+struct lru {
+    char key[SH_CACHE_KEY_MAX];
+    uint64_t size;
+    struct timespec used;
+};
+
+static int by_use(const void *a, const void *b)
+{
+    const struct lru *x = a, *y = b;
+
+    if (x->used.tv_sec != y->used.tv_sec)
+        return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    if (x->used.tv_nsec != y->used.tv_nsec)
+        return x->used.tv_nsec < y->used.tv_nsec ? -1 : 1;
+    return strcmp(x->key, y->key);
+}
+
+/* sh_cache_evict; with @u not NULL also the bytes of the entries no job
+ * holds and of those jobs hold added to @u (before any eviction). */
+static int64_t evict(const char *cache, uint64_t bytes, struct sh_cache_usage *u,
+                     void (*report)(const char *key, uint64_t size, void *arg), void *arg)
+{
+    struct lru *v = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t freed = 0;
+    int efd;
+    DIR *d;
+    struct dirent *de;
+
+    d = open_entries(cache, &efd);
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        struct stat sb;
+
+        if (!is_entry(efd, de->d_name, &sb))
+            continue;
+        if (u != NULL && sb.st_nlink > 1)
+            u->held += (uint64_t)sb.st_size;
+        else if (u != NULL)
+            u->evictable += (uint64_t)sb.st_size;
+        if (sb.st_nlink > 1 || strlen(de->d_name) >= SH_CACHE_KEY_MAX || bytes == 0)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            struct lru *nv = realloc(v, nc * sizeof(*v));
+
+            if (nv == NULL)
+                break; /* evict from what is listed so far */
+            v = nv;
+            cap = nc;
+        }
+        snprintf(v[n].key, sizeof(v[n].key), "%s", de->d_name);
+        v[n].size = (uint64_t)sb.st_size;
+        v[n].used = sb.st_atim;
+        n++;
+    }
+    closedir(d);
+    if (n > 0)
+        qsort(v, n, sizeof(*v), by_use);
+    for (size_t i = 0; i < n && freed < bytes; i++) {
+        if (sh_cache_evict_entry(efd, v[i].key) != 1)
+            continue; /* taken by a job meanwhile, or gone */
+        freed += v[i].size;
+        if (report != NULL)
+            report(v[i].key, v[i].size, arg);
+    }
+    free(v);
+    close(efd);
+    return freed > INT64_MAX ? INT64_MAX : (int64_t)freed;
+}
+
+int64_t sh_cache_evict(const char *cache, uint64_t bytes,
+                       void (*report)(const char *key, uint64_t size, void *arg), void *arg)
+{
+    return evict(cache, bytes, NULL, report, arg);
+}
+
+int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_bytes,
+                           uint64_t low_bytes, uint64_t max,
+                           void (*report)(const char *key, uint64_t size, void *arg),
+                           void *arg)
+{
+    struct statvfs fs;
+    uint64_t used, need = 0;
+
+    if (statvfs(cache, &fs) != 0)
+        return -1;
+    used = (uint64_t)(fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+    if (used + incoming > high_bytes)
+        need = used + incoming - (low_bytes < used + incoming ? low_bytes : used + incoming);
+    if (max != 0) {
+        struct sh_cache_usage u = { 0, 0, 0 };
+        uint64_t in_entries;
+
+        if (evict(cache, 0, &u, NULL, NULL) < 0)
+            return -1;
+        in_entries = u.evictable + u.held;
+        if (in_entries + incoming > max && in_entries + incoming - max > need)
+            need = in_entries + incoming - max;
+    }
+    return need == 0 ? 0 : sh_cache_evict(cache, need, report, arg);
+}
+
+int sh_cache_usage(const char *cache, struct sh_cache_usage *u)
+{
+    struct statvfs fs;
+
+    *u = (struct sh_cache_usage){ 0, 0, 0 };
+    if (statvfs(cache, &fs) != 0)
+        return -1;
+    u->fs_free = (uint64_t)fs.f_bavail * fs.f_frsize;
+    return evict(cache, 0, u, NULL, NULL) < 0 ? -1 : 0;
+}
+
+bool sh_cache_fits(const char *cache, const struct sh_cache_usage *u, uint64_t incoming,
+                   uint64_t max, const char *what, char *msg, size_t msglen)
+{
+    uint64_t room = u->fs_free + u->evictable;
+    bool over_max = max != 0 && (u->held > max || incoming > max - u->held);
+    char need[32], fr[32], ev[32], held[32], lim[32];
+
+    if (incoming <= room && !over_max)
+        return true;
+    sh_format_size(incoming, need, sizeof(need));
+    sh_format_size(u->fs_free, fr, sizeof(fr));
+    sh_format_size(u->evictable, ev, sizeof(ev));
+    sh_format_size(u->held, held, sizeof(held));
+    if (over_max)
+        snprintf(msg, msglen, "%.1200s: %s (%" PRIu64 " bytes) cannot fit in the node image "
+                 "cache %.400s even after evicting every entry no running job uses: free %s "
+                 "+ evictable %s, in use by running jobs %s, limit cache_max=%s (%" PRIu64
+                 " bytes)", what, need, incoming, cache, fr, ev, held,
+                 sh_format_size(max, lim, sizeof(lim)), max);
+    else
+        snprintf(msg, msglen, "%.1200s: %s (%" PRIu64 " bytes) cannot fit in the node image "
+                 "cache %.400s even after evicting every entry no running job uses: free %s "
+                 "+ evictable %s = %s (%" PRIu64 " bytes), in use by running jobs %s, limit "
+                 "the filesystem's free space", what, need, incoming, cache, fr, ev,
+                 sh_format_size(room, lim, sizeof(lim)), room, held);
+    return false;
 }

@@ -47,6 +47,17 @@ void sh_config_defaults(struct sh_config *cfg)
     cfg->dest_dir_mode = SH_DEFAULT_DIR_MODE;
     snprintf(cfg->resolver, sizeof(cfg->resolver), "%s,digest,%%r", SH_IMPORT_PATH);
     snprintf(cfg->importer, sizeof(cfg->importer), "%s,import,%%r,%%o", SH_IMPORT_PATH);
+    cfg->cache_high = (struct sh_cache_mark){ true, 90 };
+    cfg->cache_low = (struct sh_cache_mark){ true, 80 };
+    cfg->cache_max = 0;
+}
+
+uint64_t sh_cache_mark_bytes(const struct sh_cache_mark *mark, uint64_t fs_bytes)
+{
+    if (!mark->percent)
+        return mark->value;
+    /* fs_bytes / 100 * p + remainder part: no overflow for any fs size. */
+    return fs_bytes / 100 * mark->value + fs_bytes % 100 * mark->value / 100;
 }
 
 /* ---- value parsers: each gets the key and value for its messages ------ */
@@ -277,6 +288,33 @@ static int set_default_dest(struct sh_config *cfg, const struct arg *a)
     return 0;
 }
 
+/* cache_high= / cache_low=: "N%" (0..100) or a size as sh_parse_size reads it. */
+static int parse_mark(const struct arg *a, struct sh_cache_mark *out)
+{
+    size_t n = strlen(a->val);
+    uint64_t v;
+
+    if (n > 1 && a->val[n - 1] == '%') {
+        char num[32];
+
+        if (n - 1 >= sizeof(num))
+            return bad(a, EINVAL, "expected a percentage such as 90%% or a size such as 200G");
+        memcpy(num, a->val, n - 1);
+        num[n - 1] = '\0';
+        if (sh_parse_u64(num, &v) != 0)
+            return bad(a, EINVAL, "expected a percentage such as 90%% or a size such as 200G");
+        if (v > 100)
+            return bad(a, ERANGE, "a percentage of the cache's filesystem is at most 100%%");
+        *out = (struct sh_cache_mark){ true, v };
+        return 0;
+    }
+    if (sh_parse_size(a->val, &v) != 0)
+        return bad(a, errno, "expected a percentage such as 90%% or a size with unit "
+                   "K, M, G or T such as 200G");
+    *out = (struct sh_cache_mark){ false, v };
+    return 0;
+}
+
 static int set_key(struct sh_config *cfg, const struct arg *a, int which)
 {
     unsigned long v;
@@ -408,6 +446,16 @@ static int set_key(struct sh_config *cfg, const struct arg *a, int which)
             return bad(a, EINVAL, "'/' cannot be the cache: name a directory of its own "
                        "on the node's local disk, e.g. /nvme/stagehand-cache");
         return 0;
+    case 28:
+        return parse_mark(a, &cfg->cache_high);
+    case 29:
+        return parse_mark(a, &cfg->cache_low);
+    case 30:
+        if (sh_parse_size(a->val, &u) != 0)
+            return bad(a, errno, "expected a size with unit K, M, G or T such as 500G "
+                       "(0: no limit)");
+        cfg->cache_max = u;
+        return 0;
     default:
         return bad(a, EINVAL, "internal error: no parser");
     }
@@ -420,19 +468,39 @@ static const char *const keys[] = {
     "timeout", "check", "hash", "mpi_env", "on_node_fault", "submit_check",
     "verbose", "allow_shared_dst", "stall_timeout", "join_timeout", "read_ahead",
     "dest_dir_mode", "pml", "allowed_registries", "default_registry", "resolver",
-    "importer", "cache",
+    "importer", "cache", "cache_high", "cache_low", "cache_max",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 /* cache= may lie under an allowed root (sh_config_check_dest keeps users'
  * explicit DSTs out of it) but must not be one or hold one: the cache's
  * root-owned entries must never be in a user's destination directory. */
-static int check_cache(const struct sh_config *cfg, char *err, size_t errlen)
+static int check_cache(const struct sh_config *cfg, const bool *seen, char *err,
+                       size_t errlen)
 {
     struct arg a = { "cache", cfg->cache, err, errlen };
 
-    if (cfg->cache[0] == '\0')
+    if (cfg->cache[0] == '\0') {
+        for (size_t k = 28; k <= 30; k++)
+            if (seen[k]) {
+                sh_errf(err, errlen, "%s is set but cache= is not: eviction marks only "
+                        "apply to the node image cache", keys[k]);
+                errno = EINVAL;
+                return -1;
+            }
         return 0;
+    }
+    if (cfg->cache_low.percent == cfg->cache_high.percent &&
+        cfg->cache_low.value > cfg->cache_high.value) {
+        const char *u = cfg->cache_low.percent ? "%" : " bytes";
+
+        sh_errf(err, errlen, "cache_low (%llu%s) must not exceed cache_high (%llu%s): "
+                "eviction runs from the high mark down to the low one",
+                (unsigned long long)cfg->cache_low.value, u,
+                (unsigned long long)cfg->cache_high.value, u);
+        errno = ERANGE;
+        return -1;
+    }
     for (size_t i = 0; i < cfg->n_allowed_dest; i++) {
         const char *r = cfg->allowed_dest[i];
 
@@ -471,7 +539,7 @@ static int check_whole(struct sh_config *cfg, const bool *seen, char *err,
         errno = ERANGE;
         return -1;
     }
-    if (check_cache(cfg, err, errlen) != 0)
+    if (check_cache(cfg, seen, err, errlen) != 0)
         return -1;
     if (!seen[1] &&
         (size_t)snprintf(cfg->default_dest, sizeof(cfg->default_dest),

@@ -9,6 +9,11 @@
  *   [nnodes=<n>  nodeid=<i>: Slurm's node count of the job or step and this
  *    node's index in it; the agent refuses a node list that disagrees]
  *   arg=<plugstack argument>          (repeated, in order)
+ *   [refuse=<message>: the plugin's pre-check of the node image cache
+ *    (cache=) found that this node's cache images cannot fit even with
+ *    every unused entry evicted; the agent votes this error for each cache
+ *    image that still needs a copy, so every node fails the job at once,
+ *    naming this node and the message (a user's failure)]
  *   [local=current: the plugin found every image current on this node as
  *    the job user sees SRC, recorded that outcome and ended the prolog; the
  *    agent runs detached (stdout is /dev/null, its log goes to syslog) and
@@ -53,6 +58,7 @@
 #define SH_AGENT_IN_NNODES   "nnodes" /* Slurm's node count of the job or step (optional) */
 #define SH_AGENT_IN_NODEID   "nodeid" /* this node's index in it (optional) */
 #define SH_AGENT_IN_LOCAL    "local"
+#define SH_AGENT_IN_REFUSE   "refuse"   /* the plugin's cache pre-check refused */
 #define SH_AGENT_IN_LISTENER "listener" /* fd of the control-plane listener a sentinel bound */
 #define SH_AGENT_IN_UMASK    "umask"    /* the job's umask, octal; missing: SH_UMASK_DEFAULT */
 #define SH_AGENT_IN_END      "end"

@@ -122,6 +122,55 @@ int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e);
  * EEXIST: @dst exists; EINVAL: @dst is not a DST of the job form). */
 int sh_cache_link(const char *cache, const char *key, const char *dst);
 
+/* As root: remove entry @key of the open entries directory @efd unless a
+ * job holds it. Safe against a concurrent sh_cache_link without a lock: the
+ * entry is first renamed to ".evict-<key>" (no linker can find it any more:
+ * is_entry skips dot names, linkat fails ENOENT), then its link count is read
+ * again; a job that linked it before the rename shows as a second link and
+ * the entry is renamed back (or, if a new entry of that key appeared, left to
+ * that job's link alone). Returns 1 (removed), 0 (in use: kept), or -1 with
+ * errno. */
+int sh_cache_evict_entry(int efd, const char *key);
+
+/* As root: remove entries no job holds (link count 1), least recently used
+ * first (the atime sh_cache_link sets), until @bytes are freed or none is
+ * left. @report (may be NULL) is called with each removed entry. Returns the
+ * bytes freed, or -1 with errno (the entries directory cannot be read). */
+int64_t sh_cache_evict(const char *cache, uint64_t bytes,
+                       void (*report)(const char *key, uint64_t size, void *arg), void *arg);
+
+/* A cache's room for a staging, as sh_cache_usage reads it (bytes). */
+struct sh_cache_usage {
+    uint64_t fs_free;   /* free on the cache's filesystem for a job user (f_bavail) */
+    uint64_t evictable; /* entries no job holds (link count 1) */
+    uint64_t held;      /* entries running jobs hold (a job's link: count > 1) */
+};
+
+/* As root: fill @u for @cache (its filesystem's free space, its entries'
+ * sizes by whether a job holds them). Returns 0, or -1 with errno (statvfs,
+ * or the entries directory cannot be read). */
+int sh_cache_usage(const char *cache, struct sh_cache_usage *u);
+
+/* The pre-check of a staging of @incoming bytes into @cache (images @what,
+ * their SRCs for the message) before anything is evicted or copied: it fits when the
+ * filesystem's free space plus the evictable entries hold it and, with
+ * @max (cache_max=, 0: none), the entries running jobs hold plus it stay
+ * within @max. Returns true, or false with a message for the user in @msg
+ * naming the images, the bytes needed, free, evictable and held, and the
+ * limit. Never fails otherwise. */
+bool sh_cache_fits(const char *cache, const struct sh_cache_usage *u, uint64_t incoming,
+                   uint64_t max, const char *what, char *msg, size_t msglen);
+
+/* As root, before a staging into the cache of @incoming bytes (0 when not
+ * known): when the cache's filesystem would then be fuller than @high, or
+ * its entries together above @max (0: no limit), evict (sh_cache_evict)
+ * down to @low, resp. @max. Returns the bytes freed (0: nothing needed), or
+ * -1 with errno (statvfs, or the entries directory cannot be read). */
+int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_bytes,
+                           uint64_t low_bytes, uint64_t max,
+                           void (*report)(const char *key, uint64_t size, void *arg),
+                           void *arg);
+
 /* Adopt job @dst (job form), a copy the staging path published as user
  * @uid, into the cache, as root: owner root, mode 0444 (on the descriptor),
  * then a read lease proves no process holds it open for writing; one name

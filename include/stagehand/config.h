@@ -69,6 +69,14 @@
  *                 digest (ref.h: ','-joined arguments, %r)     digest,%r
  * importer        command writing a reference's Squashfs       stagehand-import,
  *                 image to %o (ref.h placeholders)             import,%r,%o
+ * cache_high      eviction starts when a staging into the      90%
+ *                 cache would fill its filesystem past this:
+ *                 percent (0%..100%) or bytes with a unit
+ * cache_low       eviction removes unused entries, least       80%
+ *                 recently used first, down to this mark
+ *                 (same forms; not above cache_high)
+ * cache_max       evict unused entries when a staging would    0 (no limit)
+ *                 bring all entries above this (K/M/G/T)
  *
  * Booleans accept exactly "yes" and "no".
  */
@@ -87,6 +95,13 @@
 #define SH_CONFIG_LIST_MAX 1024 /* allowed_registries, resolver, importer */
 
 enum sh_node_fault { SH_FAULT_FAIL = 0, SH_FAULT_DRAIN };
+
+/* A fill mark of the cache's filesystem (cache_high=, cache_low=): a
+ * percentage of the filesystem's size or an absolute number of bytes in use. */
+struct sh_cache_mark {
+    bool percent;   /* value is 0..100 (percent) rather than bytes */
+    uint64_t value;
+};
 
 /* The engine's point-to-point layer: Open MPI's ob1 over its TCP and
  * shared-memory transports, its UCX layer (InfiniBand, RoCE, or UCX's own
@@ -123,7 +138,14 @@ struct sh_config {
     char resolver[SH_CONFIG_LIST_MAX];
     char importer[SH_CONFIG_LIST_MAX];
     char cache[SH_CONFIG_ROOT_MAX]; /* node image cache, normalised; "" = off */
+    struct sh_cache_mark cache_high; /* eviction trigger (default 90%) */
+    struct sh_cache_mark cache_low;  /* eviction target (default 80%) */
+    uint64_t cache_max;              /* bytes of all entries; 0 = no limit */
 };
+
+/* Bytes of a filesystem of @fs_bytes that @mark allows in use (a percentage
+ * rounds down). Never fails. */
+uint64_t sh_cache_mark_bytes(const struct sh_cache_mark *mark, uint64_t fs_bytes);
 
 /* Fill @cfg with the defaults of the table above (allowed_dest empty,
  * default_dest empty until sh_config_parse() derives it). */

@@ -235,10 +235,10 @@ step_check() {
     local keys=(allowed_dest default_dest key_file agent engine port_base port_range fanout
         segment_size pipeline_depth timeout check hash mpi_env on_node_fault
         submit_check verbose allow_shared_dst stall_timeout join_timeout read_ahead dest_dir_mode pml
-        allowed_registries default_registry resolver importer cache)
+        allowed_registries default_registry resolver importer cache cache_high cache_low cache_max)
     for k in "${keys[@]}"; do
         grep -qF "\"$k\"" "$top/core/common/config.c" || bad "key $k is not in core/common/config.c any more"
-        if grep -qE "^# $k " "$conf" && { case $k in mpi_env | allowed_registries | default_registry | cache) true ;; *) false ;; esac || grep -qE "(^| )$k=" <<<"$full"; }; then
+        if grep -qE "^# $k " "$conf" && { case $k in mpi_env | allowed_registries | default_registry | cache | cache_high | cache_low | cache_max) true ;; *) false ;; esac || grep -qE "(^| )$k=" <<<"$full"; }; then
             ok "$conf documents $k"
         else
             bad "$conf does not document $k"

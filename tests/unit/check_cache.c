@@ -343,6 +343,145 @@ START_TEST(sweep_dead_jobs)
 }
 END_TEST
 
+static void count_evicted(const char *key, uint64_t size, void *arg)
+{
+    (void)key;
+    *(uint64_t *)arg += size;
+}
+
+/* Eviction: least recently used first, never an entry a job holds, and the
+ * race with a linker is settled by the link count after the rename. */
+/* As root: job 9's directories and entries aa-100, bb-200 (, cc-300) of
+ * those sizes, root's and 0444, least recently used first (atimes 1000 + i). */
+static void make_entries(int n)
+{
+    static const char *const names[] = { "aa-100", "bb-200", "cc-300" };
+    char err[512], path[256];
+
+    ck_assert_int_eq(sh_cache_prepare(cache, 9, USER_UID, USER_GID, err, sizeof(err)), 0);
+    for (int i = 0; i < n; i++) {
+        const struct timespec ts[2] = { { .tv_sec = 1000 + i }, { .tv_nsec = UTIME_OMIT } };
+        int fd;
+
+        snprintf(path, sizeof(path), "%s/entries/%s", cache, names[i]);
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, (off_t)(100 * (i + 1))), 0);
+        ck_assert_int_eq(fchmod(fd, 0444), 0);
+        close(fd);
+        ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+    }
+}
+
+START_TEST(evict_lru)
+{
+    char path[256], dst[256];
+    struct stat sb;
+    uint64_t seen = 0;
+    int efd;
+
+    if (geteuid() != 0)
+        return;
+    make_entries(3);
+    /* job 9 holds the oldest: it stays; bb goes first, then cc */
+    snprintf(dst, sizeof(dst), "%s/job/9/a.sqsh", cache);
+    ck_assert_int_eq(sh_cache_link(cache, "aa-100", dst), 0);
+    snprintf(path, sizeof(path), "%s/entries/aa-100", cache);
+    ck_assert_int_eq(utimensat(AT_FDCWD, path,
+                               (const struct timespec[2]){ { .tv_sec = 1 }, { .tv_nsec = UTIME_OMIT } },
+                               0), 0);
+    ck_assert_int_eq(sh_cache_evict(cache, 150, count_evicted, &seen), 200);
+    ck_assert_uint_eq(seen, 200);
+    snprintf(path, sizeof(path), "%s/entries/bb-200", cache);
+    ck_assert_int_eq(stat(path, &sb), -1);
+    snprintf(path, sizeof(path), "%s/entries/cc-300", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_int_eq(sh_cache_evict(cache, UINT64_MAX, NULL, NULL), 300);
+    snprintf(path, sizeof(path), "%s/entries/aa-100", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    ck_assert_uint_eq(sb.st_nlink, 2);
+    snprintf(path, sizeof(path), "%s/entries", cache);
+    efd = open(path, O_RDONLY | O_DIRECTORY);
+    ck_assert_int_ge(efd, 0);
+    ck_assert_int_eq(sh_cache_evict_entry(efd, "aa-100"), 0); /* held: kept */
+    ck_assert_int_eq(sh_cache_evict_entry(efd, "zz-1"), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    ck_assert_int_eq(sh_cache_job_remove(cache, 9), 0);
+    ck_assert_int_eq(sh_cache_evict_entry(efd, "aa-100"), 1);
+    close(efd);
+}
+END_TEST
+
+/* cache_max: entries (100 + 200 bytes) plus 150 incoming above a 400-byte
+ * limit evict the least recently used unused entry; marks far away evict
+ * nothing. */
+START_TEST(make_room_max)
+{
+    char path[256];
+    struct stat sb;
+
+    if (geteuid() != 0)
+        return;
+    make_entries(2);
+    ck_assert_int_eq(sh_cache_make_room(cache, 50, UINT64_MAX, UINT64_MAX, 400, NULL, NULL), 0);
+    ck_assert_int_eq(sh_cache_make_room(cache, 150, UINT64_MAX, UINT64_MAX, 400, NULL, NULL),
+                     100);
+    snprintf(path, sizeof(path), "%s/entries/aa-100", cache);
+    ck_assert_int_eq(stat(path, &sb), -1);
+    snprintf(path, sizeof(path), "%s/entries/bb-200", cache);
+    ck_assert_int_eq(stat(path, &sb), 0);
+}
+END_TEST
+
+/* The pre-check: the filesystem's free space plus the evictable entries,
+ * and cache_max less the entries running jobs hold; the message names the
+ * images, the bytes needed, free + evictable, held and the limit. */
+START_TEST(fits_precheck)
+{
+    const struct sh_cache_usage u = { .fs_free = 600, .evictable = 300, .held = 200 };
+    char msg[2048] = "";
+
+    ck_assert(sh_cache_fits("/c", &u, 900, 0, "/s/a.sqsh", msg, sizeof(msg)));
+    ck_assert(sh_cache_fits("/c", &u, 800, 1000, "/s/a.sqsh", msg, sizeof(msg)));
+    ck_assert_str_eq(msg, "");
+    /* free + evictable = 900 < 901 */
+    ck_assert(!sh_cache_fits("/c", &u, 901, 0, "/s/a.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "/s/a.sqsh: 901 B (901 bytes) cannot fit in "
+                                      "the node image cache /c even after evicting"));
+    ck_assert_ptr_nonnull(strstr(msg, "free 600 B + evictable 300 B = 900 B (900 bytes)"));
+    ck_assert_ptr_nonnull(strstr(msg, "in use by running jobs 200 B"));
+    ck_assert_ptr_nonnull(strstr(msg, "limit the filesystem's free space"));
+    /* held 200 + 801 > cache_max 1000, though the filesystem has room */
+    ck_assert(!sh_cache_fits("/c", &u, 801, 1000, "/s/b.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "/s/b.sqsh: 801 B (801 bytes) cannot fit"));
+    ck_assert_ptr_nonnull(strstr(msg, "free 600 B + evictable 300 B, in use by running jobs "
+                                      "200 B, limit cache_max=1000 B (1000 bytes)"));
+    /* held above the limit already: nothing fits */
+    ck_assert(!sh_cache_fits("/c", &u, 1, 100, "/s/c.sqsh", msg, sizeof(msg)));
+    ck_assert_ptr_nonnull(strstr(msg, "cache_max=100 B"));
+}
+END_TEST
+
+/* sh_cache_usage: entries split by whether a job holds them. */
+START_TEST(usage_held)
+{
+    char path[256], dst[256];
+    struct sh_cache_usage u;
+
+    if (geteuid() != 0)
+        return;
+    make_entries(2);
+    snprintf(dst, sizeof(dst), "%s/job/9/b.sqsh", cache);
+    ck_assert_int_eq(sh_cache_link(cache, "bb-200", dst), 0);
+    ck_assert_int_eq(sh_cache_usage(cache, &u), 0);
+    ck_assert_uint_eq(u.evictable, 100);
+    ck_assert_uint_eq(u.held, 200);
+    ck_assert_uint_gt(u.fs_free, 0);
+    snprintf(path, sizeof(path), "%s/nowhere", cache);
+    ck_assert_int_eq(sh_cache_usage(path, &u), -1);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -357,6 +496,10 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, adopt_refusals);
     tcase_add_test(tc, seal_cleans);
     tcase_add_test(tc, sweep_dead_jobs);
+    tcase_add_test(tc, evict_lru);
+    tcase_add_test(tc, make_room_max);
+    tcase_add_test(tc, fits_precheck);
+    tcase_add_test(tc, usage_held);
     suite_add_tcase(s, tc);
     return s;
 }

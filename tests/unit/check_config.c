@@ -414,6 +414,53 @@ START_TEST(cache_key)
 }
 END_TEST
 
+/* cache_high= / cache_low= / cache_max=: percent or size, validated at
+ * plugin init (issue 34, eviction). */
+START_TEST(cache_marks)
+{
+    struct sh_config cfg;
+    char err[1024] = "";
+
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c", NULL), 0);
+    ck_assert(cfg.cache_high.percent && cfg.cache_high.value == 90);
+    ck_assert(cfg.cache_low.percent && cfg.cache_low.value == 80);
+    ck_assert_uint_eq(cfg.cache_max, 0);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "cache=/c", "cache_high=200G",
+                           "cache_low=100G"), -1); /* allowed_dest missing */
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_high=100%"), 0);
+    ck_assert(cfg.cache_high.percent && cfg.cache_high.value == 100);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_high=2G"), 0);
+    ck_assert(!cfg.cache_high.percent && cfg.cache_high.value == 2ULL << 30);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_max=256M"), 0);
+    ck_assert_uint_eq(cfg.cache_max, 256ULL << 20);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_high=101%"), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cache_high"));
+    ck_assert_ptr_nonnull(strstr(err, "at most 100%"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_low=5X"), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cache_low"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_low=%"), -1);
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_max=-1"), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cache_max"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme", "cache=/c",
+                           "cache_low=95%"), -1); /* above the default high 90% */
+    ck_assert_ptr_nonnull(strstr(err, "must not exceed cache_high"));
+    ck_assert_int_eq(parse(&cfg, err, sizeof(err), "allowed_dest=/nvme",
+                           "cache_max=1G", NULL), -1);
+    ck_assert_ptr_nonnull(strstr(err, "cache= is not"));
+    ck_assert_uint_eq(sh_cache_mark_bytes(&(struct sh_cache_mark){ true, 90 }, 1000), 900);
+    ck_assert_uint_eq(sh_cache_mark_bytes(&(struct sh_cache_mark){ true, 100 }, UINT64_MAX),
+                      UINT64_MAX);
+    ck_assert_uint_eq(sh_cache_mark_bytes(&(struct sh_cache_mark){ false, 7 }, 1000), 7);
+}
+END_TEST
+
 /* Component-wise policy: /nvme2 is not under /nvme. */
 START_TEST(dest_policy)
 {
@@ -571,6 +618,7 @@ static Suite *config_suite(void)
     tcase_add_test(tc, registry_defaults);
     tcase_add_test(tc, dest_policy);
     tcase_add_test(tc, cache_key);
+    tcase_add_test(tc, cache_marks);
     tcase_add_test(tc, default_dir);
     tcase_add_test(tc, read_ahead_and_depth);
     tcase_add_test(tc, dest_dir_mode_key);
