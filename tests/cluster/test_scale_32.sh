@@ -103,23 +103,30 @@ submit() {
         --wrap "srun -N$want_nodes -n$want_nodes sh -c 'cmp -s $dst $src && echo same-\$SLURMD_NODENAME' && echo script-ran"
 }
 
-# run_job WHAT -> sets id, wall (ms, submission to the job's end); asserts
-# the job completed, its script ran and every node's task found the copy.
+# run_job WHAT -> sets id, wall (ms, submission to the job's end: its
+# script's exit), done_ms (to the end of its completion: every node's
+# epilog) and pss_peak (KiB); asserts the job completed, its script ran
+# and every node's task found the copy.
 run_job() {
-    local t0 st n
+    local t0 st n p
     for n in $nodes; do offs[$n]=$(log_offset "$n"); done
     t0=$(date +%s%N)
     id=$(submit) || fail "$1: sbatch: $id"
     pss_peak=0
     st=""
-    for _ in $(seq 1 600); do
+    wall=""
+    for _ in $(seq 1 1200); do
         st=$(scontrol -o show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-        case "$st" in PENDING | CONFIGURING | RUNNING | COMPLETING) ;; *) break ;; esac
+        case "$st" in PENDING | CONFIGURING | RUNNING) ;;
+            COMPLETING) [ -n "$wall" ] || wall=$((($(date +%s%N) - t0) / 1000000)) ;;
+            *) break ;;
+        esac
         p=$(cluster_pss "$MINICLUSTER_NAME")
         [ "$p" -le "$pss_peak" ] || pss_peak=$p
         sleep 0.5
     done
-    wall=$((($(date +%s%N) - t0) / 1000000))
+    done_ms=$((($(date +%s%N) - t0) / 1000000))
+    [ -n "$wall" ] || wall=$done_ms
     [ "$st" = COMPLETED ] || fail "$1: job $id ended ${st:-GONE}: $(cat "$out" 2>/dev/null)"
     grep -q '^script-ran$' "$out" || fail "$1: the batch script of job $id did not run: $(cat "$out")"
     for n in $nodes; do
@@ -162,7 +169,7 @@ assert_clean() { # what job
 declare -A offs ino
 # 1. the staging to 32 nodes
 run_job "staging"
-stage_id=$id stage_wall=$wall stage_peak=$pss_peak
+stage_id=$id stage_wall=$wall stage_done=$done_ms stage_peak=$pss_peak
 summary=$(grep -E "^stagehand: $dst: " "$out" || true)
 grep -qE "^stagehand: $dst: $want_nodes copied, 0 current of $want_nodes nodes; " <<<"$summary" ||
     fail "staging: job $id's summary is not a copy to all $want_nodes nodes: $(cat "$out")"
@@ -176,12 +183,12 @@ log_since "$last" "${offs[$last]}" | grep -q "job=$id node=$last .*tree of $want
     fail "the last node ($last) is not at depth $((levels - 1)): $(log_since "$last" "${offs[$last]}" | grep -E 'control tree' | head -3)"
 assert_no_drain
 assert_clean "staging" "$id"
-echo "staging of $size_mib MiB to $want_nodes nodes (fanout $fanout, $levels levels): job $id, submission to end $stage_wall ms; ${summary#stagehand: }"
+echo "staging of $size_mib MiB to $want_nodes nodes (fanout $fanout, $levels levels): job $id, submission to end $stage_wall ms (to the last epilog $stage_done ms); ${summary#stagehand: }"
 
 # 2. the same again: every node is current, nothing is copied
 for n in $nodes; do ino[$n]=$(on_node "$n" stat -c %i "$dst"); done
 run_job "no-op"
-noop_wall=$wall
+noop_wall=$wall noop_done=$done_ms
 # the batch node finds its copy current and the job starts at once; every
 # other node checks its own before the step's task starts there
 # (doc/design.md §2): no copy anywhere (same inodes, below)
@@ -194,6 +201,6 @@ for n in $nodes; do
 done
 assert_no_drain
 assert_clean "no-op" "$id"
-echo "no-op at $want_nodes nodes: job $id, submission to end $noop_wall ms; ${summary#stagehand: }"
+echo "no-op at $want_nodes nodes: job $id, submission to end $noop_wall ms (to the last epilog $noop_done ms); ${summary#stagehand: }"
 echo "memory (PSS of the instance's processes): idle $((pss_idle / 1024)) MiB ($((pss_idle / want_nodes)) KiB a node), peak sampled during the staging $((stage_peak / 1024)) MiB ($((stage_peak / want_nodes)) KiB a node; the copies' tmpfs pages not counted)"
 echo "ok: $size_mib MiB staged to $want_nodes nodes through the plugin (job $stage_id) in a control tree of $levels levels, identical copies, no drain, nothing left; the next job was a no-op"
