@@ -103,30 +103,49 @@ submit() {
         --wrap "srun -N$want_nodes -n$want_nodes sh -c 'cmp -s $dst $src && echo same-\$SLURMD_NODENAME' && echo script-ran"
 }
 
-# run_job WHAT -> sets id, wall (ms, submission to the job's end: its
-# script's exit), done_ms (to the end of its completion: every node's
-# epilog) and pss_peak (KiB); asserts the job completed, its script ran
-# and every node's task found the copy.
+# The seconds from job @1's field @2 (SubmitTime, StartTime) to its
+# EndTime (Slurm's, whole seconds: the poll below would add its own delay).
+job_secs() {
+    local j f e
+    j=$(scontrol -o show job "$1")
+    f=$(grep -oE "$2=[^ ]+" <<<"$j" | cut -d= -f2)
+    e=$(grep -oE 'EndTime=[^ ]+' <<<"$j" | cut -d= -f2)
+    echo $(($(date -d "$e" +%s) - $(date -d "$f" +%s)))
+}
+
+# run_job WHAT -> sets id, wall (s, submission to the job's end: its
+# script's exit), done_ms (to the end of its completion, every node's
+# epilog, as polled) and pss_peak (KiB, sampled in the background);
+# asserts the job completed, its script ran and every node's task found
+# the copy.
 run_job() {
-    local t0 st n p
+    local t0 st n sampler peakf
     for n in $nodes; do offs[$n]=$(log_offset "$n"); done
+    peakf=$(mktemp)
+    (
+        peak=0
+        while :; do
+            p=$(cluster_pss "$MINICLUSTER_NAME")
+            [ "$p" -le "$peak" ] || { peak=$p; echo "$peak" >"$peakf"; }
+            sleep 0.5
+        done
+    ) &
+    sampler=$!
     t0=$(date +%s%N)
-    id=$(submit) || fail "$1: sbatch: $id"
-    pss_peak=0
+    id=$(submit) || { kill "$sampler"; fail "$1: sbatch: $id"; }
     st=""
-    wall=""
-    for _ in $(seq 1 1200); do
+    for _ in $(seq 1 3000); do
         st=$(scontrol -o show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-        case "$st" in PENDING | CONFIGURING | RUNNING) ;;
-            COMPLETING) [ -n "$wall" ] || wall=$((($(date +%s%N) - t0) / 1000000)) ;;
-            *) break ;;
-        esac
-        p=$(cluster_pss "$MINICLUSTER_NAME")
-        [ "$p" -le "$pss_peak" ] || pss_peak=$p
-        sleep 0.5
+        case "$st" in PENDING | CONFIGURING | RUNNING | COMPLETING) ;; *) break ;; esac
+        sleep 0.2
     done
     done_ms=$((($(date +%s%N) - t0) / 1000000))
-    [ -n "$wall" ] || wall=$done_ms
+    kill "$sampler"
+    wait "$sampler" 2>/dev/null
+    pss_peak=$(cat "$peakf")
+    pss_peak=${pss_peak:-0}
+    rm -f "$peakf"
+    wall=$(job_secs "$id" SubmitTime)
     [ "$st" = COMPLETED ] || fail "$1: job $id ended ${st:-GONE}: $(cat "$out" 2>/dev/null)"
     grep -q '^script-ran$' "$out" || fail "$1: the batch script of job $id did not run: $(cat "$out")"
     for n in $nodes; do
@@ -183,7 +202,7 @@ log_since "$last" "${offs[$last]}" | grep -q "job=$id node=$last .*tree of $want
     fail "the last node ($last) is not at depth $((levels - 1)): $(log_since "$last" "${offs[$last]}" | grep -E 'control tree' | head -3)"
 assert_no_drain
 assert_clean "staging" "$id"
-echo "staging of $size_mib MiB to $want_nodes nodes (fanout $fanout, $levels levels): job $id, submission to end $stage_wall ms (to the last epilog $stage_done ms); ${summary#stagehand: }"
+echo "staging of $size_mib MiB to $want_nodes nodes (fanout $fanout, $levels levels): job $id, submission to end $stage_wall s (to the last epilog $stage_done ms); ${summary#stagehand: }"
 
 # 2. the same again: every node is current, nothing is copied
 for n in $nodes; do ino[$n]=$(on_node "$n" stat -c %i "$dst"); done
@@ -201,6 +220,6 @@ for n in $nodes; do
 done
 assert_no_drain
 assert_clean "no-op" "$id"
-echo "no-op at $want_nodes nodes: job $id, submission to end $noop_wall ms (to the last epilog $noop_done ms); ${summary#stagehand: }"
+echo "no-op at $want_nodes nodes: job $id, submission to end $noop_wall s (to the last epilog $noop_done ms); ${summary#stagehand: }"
 echo "memory (PSS of the instance's processes): idle $((pss_idle / 1024)) MiB ($((pss_idle / want_nodes)) KiB a node), peak sampled during the staging $((stage_peak / 1024)) MiB ($((stage_peak / want_nodes)) KiB a node; the copies' tmpfs pages not counted)"
 echo "ok: $size_mib MiB staged to $want_nodes nodes through the plugin (job $stage_id) in a control tree of $levels levels, identical copies, no drain, nothing left; the next job was a no-op"
