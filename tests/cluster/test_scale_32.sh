@@ -68,6 +68,11 @@ if [ -z "${SCALE_INNER:-}" ]; then
         echo "bring-up of $want_nodes nodes: $((($(date +%s%N) - t0) / 1000000)) ms"
         eval "$("$MINICLUSTER" env)"
         SCALE_INNER=1 bash "$0"
+        rc=$?
+        t0=$(date +%s%N)
+        "$MINICLUSTER" down >/dev/null 2>&1
+        echo "teardown of $want_nodes nodes: $((($(date +%s%N) - t0) / 1000000)) ms"
+        exit "$rc"
     )
     own_instance
     exit
