@@ -268,15 +268,20 @@ cluster_suite() { # stack
 
     # run_tests LABEL TEST...: each cluster test (tests/cluster/NAME.sh)
     # that --only selects, its verdict named "$p${LABEL}NAME (seconds)".
+    # Tests that run only under --full (STAGEHAND_TEST_FULL=1; they skip
+    # otherwise) and bring up an instance of their own get a longer bound:
+    # test_scale_32 (32 nodes: bring-up, a staging, a no-op, teardown).
     run_tests() {
-        local l=$1 t name start out rc ms secs
+        local l=$1 t name start out rc ms secs tmo
         shift
         for t in "$@"; do
             [ -e "$t" ] || continue
             name=$(basename "$t" .sh)
             if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
+            tmo=${STAGEHAND_TEST_TIMEOUT:-300}
+            [ "$full" = 1 ] && [ "$name" = test_scale_32 ] && tmo=${STAGEHAND_TEST_TIMEOUT:-1200}
             start=$(date +%s%N)
-            out=$(timeout -k 10 "${STAGEHAND_TEST_TIMEOUT:-300}" bash "$t" 2>&1)
+            out=$(timeout -k 10 "$tmo" bash "$t" 2>&1)
             rc=$?
             ms=$((($(date +%s%N) - start) / 1000000))
             secs=$((ms / 1000)).$(printf '%03d' $((ms % 1000)))

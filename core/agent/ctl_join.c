@@ -404,9 +404,12 @@ int sh_ctl_join(const struct sh_ctl_cfg *cfg, int64_t deadline_ns,
             sh_warn("ctl", "node %s (index %u) did not connect by the deadline",
                     ctl->names[ctl->first_child + j], ctl->first_child + j);
     }
+    /* The tree's shape, for tests and operators: levels = height + 1
+     * (a star has 2). */
     sh_debug("ctl", "joined the control tree in %.3f s (%u attempt(s) to reach the parent, "
-             "%u child(ren))", (double)(sh_now_ns() - t_start) / 1e9, attempts,
-             ctl_children_connected(ctl));
+             "%u child(ren)); tree of %u nodes, fanout %u, depth %u of %u levels",
+             (double)(sh_now_ns() - t_start) / 1e9, attempts, ctl_children_connected(ctl),
+             ctl->n, ctl->k, ctl->depth, ctl->height + 1);
     /* Late children must fail fast instead of waiting in our backlog. */
     ctl_hs_abort_all(ctl);
     if (ctl->listen_fd >= 0) {
