@@ -42,6 +42,32 @@ const char *sh_image_home(const struct sh_ref *pinned, const char *dst)
     return dst;
 }
 
+/* A child (resolver or importer) that runs now, and the stop signal the
+ * agent got meanwhile (scancel or the epilog's SIGTERM). The child's own
+ * process group does not get the agent's signals: the handler passes the
+ * stop on to that whole group (skopeo, umoci, mksquashfs included). */
+static volatile sig_atomic_t child_group;
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig)
+{
+    stop_signal = sig;
+    if (child_group > 0)
+        (void)kill(-(pid_t)child_group, SIGKILL);
+}
+
+/* Cancelled (scancel, the epilog): the child's group is gone and the caller
+ * has swept what it made; the agent now ends as the signal asks. */
+static void end_if_stopped(void)
+{
+    int sig = stop_signal;
+
+    if (sig == 0)
+        return;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* Deadline for a child of the leader: the staging's, less the margin. */
 static int64_t child_deadline(int64_t deadline)
 {
@@ -93,13 +119,16 @@ static ssize_t drain(int fd, char *buf, size_t cap, size_t *len, bool tail)
 /* Run @argv (in its own process group, in @cwd, environment @envp) until it
  * exits or @deadline (sh_now_ns) passes: then its process group is killed.
  * Its stdout into @out, the tail of its stderr into @err. Returns the wait
- * status, or -1 with errno (ETIMEDOUT at the deadline). */
+ * status, or -1 with errno (ETIMEDOUT at the deadline, ECANCELED when the
+ * agent got SIGTERM, SIGINT or SIGHUP meanwhile: see stop_signal). */
 static int run_bounded(char *const *argv, char *const *envp, const char *cwd, int64_t deadline,
                        char *out, size_t outlen, char *err, size_t errlen)
 {
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status = 0;
     size_t olen = 0, elen = 0;
     bool oopen = true, eopen = true, late = false;
+    struct sigaction stop = { 0 }, old[3];
+    static const int stops[3] = { SIGTERM, SIGINT, SIGHUP };
     pid_t pid;
 
     out[0] = err[0] = '\0';
@@ -138,9 +167,14 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
         _exit(127);
     }
     setpgid(pid, pid); /* either side may win the race */
+    child_group = pid;
+    stop.sa_handler = on_stop;
+    sigemptyset(&stop.sa_mask);
+    for (int i = 0; i < 3; i++)
+        sigaction(stops[i], &stop, &old[i]);
     close(po[1]);
     close(pe[1]);
-    while (oopen || eopen) {
+    while ((oopen || eopen) && stop_signal == 0) {
         struct pollfd p[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
         int64_t left = deadline - sh_now_ns();
 
@@ -164,12 +198,19 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
     }
     close(po[0]);
     close(pe[0]);
-    if (late)
+    if (late || stop_signal != 0)
         kill(-pid, SIGKILL);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     /* Whatever it left running in its group (skopeo's helpers) goes too. */
     kill(-pid, SIGKILL);
+    child_group = 0;
+    for (int i = 0; i < 3; i++)
+        sigaction(stops[i], &old[i], NULL);
+    if (stop_signal != 0) {
+        errno = ECANCELED;
+        return -1;
+    }
     if (late) {
         errno = ETIMEDOUT;
         return -1;
@@ -263,6 +304,7 @@ int sh_import_resolve(const struct sh_config *cfg, const char *user, const char 
     if (status != 0) {
         describe("resolver", status, argv[0], tail, why, sizeof(why));
         sh_ref_command_free(argv);
+        end_if_stopped();
         snprintf(err, errlen, "%s: cannot resolve the image's digest: %s", src, why);
         return -1;
     }
@@ -372,6 +414,7 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
     if (status != 0) {
         if (sh_import_remove(workdir) != 0)
             sh_warn("import", "cannot remove %s: %s", workdir, strerror(errno));
+        end_if_stopped();
         return -1;
     }
     sh_info("import", "%s imported into %s (%lld bytes)", ref, image, (long long)st.st_size);
