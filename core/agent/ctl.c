@@ -64,12 +64,23 @@ uint32_t sh_ctl_index(const struct sh_ctl *ctl) { return ctl->index; }
 uint32_t sh_ctl_nnodes(const struct sh_ctl *ctl) { return ctl->n; }
 uint16_t sh_ctl_listen_port(const struct sh_ctl *ctl) { return ctl->listen_port; }
 
-void ctl_set_nodelay(int fd)
+void ctl_set_sockopts(int fd)
 {
-    int one = 1;
+    int one = 1, idle = CTL_KEEPIDLE_S, intvl = CTL_KEEPINTVL_S, cnt = CTL_KEEPCNT;
+    unsigned int user_ms = CTL_USER_TIMEOUT_MS;
 
     /* Frames are small and latency-bound; failure only costs latency. */
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* A peer whose node or link died sends no RST: without these a wait
+     * for it lasts until the staging deadline. Keepalive probes find a
+     * silent peer gone within about 13 s, the user timeout one that does
+     * not acknowledge what we sent within 20 s; its channel then fails and
+     * the node counts as missing (repair around it, doc/design.md §5). */
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
 }
 
 void sh_ctl_close(struct sh_ctl *ctl)
@@ -144,15 +155,18 @@ uint32_t sh_ctl_format_missing(const struct sh_ctl *ctl,
                                const struct sh_ctl_result *res, char *buf,
                                size_t len)
 {
-    static const char *const what[] = { "", " did not answer", " unreachable behind them" };
+    static const char *const what[] = { "", " did not answer", " unreachable behind them",
+                                        " closed the control connection (agent ended or link broke)" };
+    /* causes first, then the nodes behind them */
+    static const uint32_t order[] = { SH_CTL_MISSING, SH_CTL_CLOSED, SH_CTL_UNREACHABLE };
     size_t used = 0;
     uint32_t total = 0;
 
     if (len == 0)
         return 0;
     buf[0] = '\0';
-    for (uint32_t state = SH_CTL_MISSING; state <= SH_CTL_UNREACHABLE; state++) {
-        uint32_t count = 0;
+    for (size_t o = 0; o < sizeof(order) / sizeof(order[0]); o++) {
+        uint32_t state = order[o], count = 0;
 
         for (uint32_t i = 0; i < res->nnodes; i++) {
             int n;

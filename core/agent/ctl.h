@@ -93,6 +93,8 @@ enum sh_ctl_state {
     SH_CTL_OK = 0,           /* the node contributed */
     SH_CTL_MISSING = 1,      /* the node did not answer in time (or its link broke) */
     SH_CTL_UNREACHABLE = 2,  /* behind a missing node: its state is unknown */
+    SH_CTL_CLOSED = 3,       /* it joined, then its connection closed before it
+                                answered: its agent ended or its link broke */
 };
 
 struct sh_ctl_entry {
@@ -169,7 +171,8 @@ int sh_ctl_sync_deadline(struct sh_ctl *ctl, int64_t *deadline_ns);
 
 void sh_ctl_result_free(struct sh_ctl_result *res);
 
-/* "n3, n5 did not answer; n7 unreachable behind them" into @buf (always
+/* "n3, n5 did not answer; n4 closed the control connection (agent ended or link broke);
+ * n7 unreachable behind them" into @buf (always
  * NUL-terminated, truncated with "..."). Returns the number of non-OK nodes. */
 uint32_t sh_ctl_format_missing(const struct sh_ctl *ctl,
                                const struct sh_ctl_result *res, char *buf,

@@ -107,7 +107,7 @@ static int decode_entries(struct sh_ctl *ctl, const unsigned char *buf, uint32_t
         dlen = sh_get_be32(p + 12);
         if (idx >= ctl->n || seen[idx] ||
             (top != UINT32_MAX && !ctl_in_subtree(idx, top, ctl->k)) ||
-            sh_get_be32(p + 4) > SH_CTL_UNREACHABLE || (size_t)(end - p - ENTRY_HDR) < dlen)
+            sh_get_be32(p + 4) > SH_CTL_CLOSED || (size_t)(end - p - ENTRY_HDR) < dlen)
             goto bad;
         seen[idx] = 1;
         e[idx].state = sh_get_be32(p + 4);
@@ -130,16 +130,16 @@ bad:
     return -1;
 }
 
-/* Mark the not-yet-seen nodes of @top's subtree: @top missing, the rest
- * unreachable. */
-static void mark_subtree(struct sh_ctl *ctl, uint32_t top, struct sh_ctl_entry *e,
-                         unsigned char *seen)
+/* Mark the not-yet-seen nodes of @top's subtree: @top @top_state
+ * (SH_CTL_MISSING or SH_CTL_CLOSED), the rest unreachable. */
+static void mark_subtree(struct sh_ctl *ctl, uint32_t top, uint32_t top_state,
+                         struct sh_ctl_entry *e, unsigned char *seen)
 {
     for (uint32_t i = top; i < ctl->n; i++) {
         if (seen[i] || !ctl_in_subtree(i, top, ctl->k))
             continue;
         seen[i] = 1;
-        e[i].state = i == top ? SH_CTL_MISSING : SH_CTL_UNREACHABLE;
+        e[i].state = i == top ? top_state : SH_CTL_UNREACHABLE;
     }
 }
 
@@ -155,8 +155,9 @@ static void drop_child(struct sh_ctl *ctl, uint32_t j, const char *why)
 
 /* ---- collectives ----------------------------------------------------- */
 
-/* Receive one gather message from child @j into @e. */
-static void recv_child(struct sh_ctl *ctl, uint32_t j, int64_t deadline_ns,
+/* Receive one gather message from child @j into @e. Returns 1 when the
+ * child's connection closed (its agent ended or its link broke), else 0. */
+static int recv_child(struct sh_ctl *ctl, uint32_t j, int64_t deadline_ns,
                        struct sh_ctl_entry *e, unsigned char *seen)
 {
     unsigned char *payload = NULL;
@@ -166,13 +167,16 @@ static void recv_child(struct sh_ctl *ctl, uint32_t j, int64_t deadline_ns,
 
     if (sh_frame_recv(ctl->child[j].fd, &ctl->child[j].rx, ctl->max_payload,
                       ctl->child[j].peer, &type, &payload, &len, deadline_ns) != 0) {
-        drop_child(ctl, j, errno == ECONNRESET ? "connection closed" : strerror(errno));
-        return;
+        int closed = errno == ECONNRESET;
+
+        drop_child(ctl, j, closed ? "connection closed" : strerror(errno));
+        return closed;
     }
     if (type != MSG_GATHER ||
         decode_entries(ctl, payload, len, c, ctl->child[j].peer, e, seen) != 0)
         drop_child(ctl, j, "protocol error");
     free(payload);
+    return 0;
 }
 
 /* Gather into @e (N entries, our subtree filled) with a wait of our own until
@@ -183,7 +187,7 @@ static int gather_core(struct sh_ctl *ctl, uint32_t tag, const void *data,
 {
     struct pollfd *pfd = NULL;
     uint32_t *which = NULL;
-    unsigned char *done = NULL;
+    unsigned char *done = NULL; /* 1: answered or dropped, 2: its connection closed */
     int rc = -1;
 
     ctl->op++;
@@ -231,12 +235,12 @@ static int gather_core(struct sh_ctl *ctl, uint32_t tag, const void *data,
         for (nfds_t x = 0; x < np; x++) {
             if (pfd[x].revents == 0)
                 continue;
-            done[which[x]] = 1;
-            recv_child(ctl, which[x], wait_until, e, seen);
+            done[which[x]] = recv_child(ctl, which[x], wait_until, e, seen) ? 2 : 1;
         }
     }
     for (uint32_t j = 0; j < ctl->nchild; j++)
-        mark_subtree(ctl, ctl->first_child + j, e, seen);
+        mark_subtree(ctl, ctl->first_child + j,
+                     done != NULL && done[j] == 2 ? SH_CTL_CLOSED : SH_CTL_MISSING, e, seen);
     if (ctl->index != 0) {
         unsigned char *buf = NULL;
         uint32_t blen = 0;

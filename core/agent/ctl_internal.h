@@ -53,8 +53,15 @@ int ctl_in_subtree(uint32_t node, uint32_t top, uint32_t k);
 /* The @step-th port this job step probes (sh_ctl_probe_port). */
 uint16_t ctl_probe_port(const struct sh_ctl *ctl, uint32_t step);
 
-/* TCP_NODELAY on @fd; a failure only costs latency. */
-void ctl_set_nodelay(int fd);
+/* A control-plane connection's options: TCP_NODELAY, and keepalive plus a
+ * user timeout so that a peer whose node or link died is found gone (in
+ * about CTL_KEEPIDLE_S + CTL_KEEPCNT * CTL_KEEPINTVL_S seconds when idle,
+ * CTL_USER_TIMEOUT_MS with data unacknowledged). Failures are ignored. */
+#define CTL_KEEPIDLE_S 5
+#define CTL_KEEPINTVL_S 2
+#define CTL_KEEPCNT 4
+#define CTL_USER_TIMEOUT_MS 20000u
+void ctl_set_sockopts(int fd);
 
 /* Listen on the first free probed port (ctl_listen.c). 0, or -1 with errno. */
 int ctl_listen_any(struct sh_ctl *ctl);

@@ -161,7 +161,7 @@ static int try_parent(struct sh_ctl *ctl, int64_t deadline_ns, bool quick, int *
                 close(fd);
                 continue;
             }
-            ctl_set_nodelay(fd);
+            ctl_set_sockopts(fd);
             if (sh_hs_client(fd, ctl->kjob, &me, p, peer, hs_deadline,
                              &ctl->parent) == 0) {
                 freeaddrinfo(ai);
@@ -231,7 +231,7 @@ void ctl_poke_child(const struct sh_ctl *ctl, uint32_t c, bool full, bool knock,
                 close(fd);
                 break; /* this port is knocked on (or ours); on to the next */
             }
-            ctl_set_nodelay(fd);
+            ctl_set_sockopts(fd);
             until = sh_now_ns() + SH_CTL_WAKE_TIMEOUT;
             if (sh_hs_client(fd, ctl->kjob, &me, c, peer,
                              until < deadline_ns ? until : deadline_ns, &chan) == 0) {

@@ -214,7 +214,7 @@ static void accept_pending(struct sh_ctl *ctl, const struct sh_hs_ident *me,
                      SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
             return;
-        ctl_set_nodelay(fd);
+        ctl_set_sockopts(fd);
         if (getnameinfo((struct sockaddr *)&ss, sslen, host, sizeof(host), NULL, 0,
                         NI_NUMERICHOST) != 0)
             snprintf(host, sizeof(host), "?");

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "staging.h"
@@ -114,12 +115,14 @@ void claim_write(const struct agent *a, size_t img, const char *dst,
 
 /* Remove what this node's engine of this job left next to @dst when it was
  * killed (SIGKILL leaves it no chance): its temp files, named by
- * core/common/publish.c (sh_publish_sweep_run). Runs as the job user. */
+ * core/common/publish.c (sh_publish_sweep_run), and DST's lock file when
+ * there is no DST. Runs as the job user. */
 void sweep_own_temps(const struct agent *a, const char *dst)
 {
     char name[NAME_MAX + 1], jobid[32];
     unsigned removed = 0;
-    int dirfd = open_dst_dir(dst, name, sizeof(name));
+    int dirfd = open_dst_dir(dst, name, sizeof(name)), lockfd = -1;
+    struct stat st;
 
     if (dirfd < 0)
         return;
@@ -128,6 +131,14 @@ void sweep_own_temps(const struct agent *a, const char *dst)
         removed > 0)
         sh_info("stage", "removed %u temp file%s of %s left by this node's engine", removed,
                 removed == 1 ? "" : "s", dst);
+    /* ... and its lock file, when it leaves no DST (stagehand(8)): taken
+     * without waiting, so one that another run holds now stays. */
+    if (sh_publish_lock(dirfd, name, 0, &lockfd) == 0) {
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT)
+            sh_publish_unlock_remove(dirfd, name, lockfd);
+        else
+            sh_publish_unlock(lockfd);
+    }
     close(dirfd);
 }
 

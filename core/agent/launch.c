@@ -217,9 +217,12 @@ void engine_report_path(const struct agent *a, size_t img, char *buf, size_t len
 }
 
 /* Join image @img's engine tree of the @npart participants @names (this
- * node is @mypos) into *@sub. Returns 0, or -1 with @err set. */
+ * node is @mypos) into *@sub; @repair: the tree of the second run, around
+ * dead nodes (a step id of its own: no handshake or frame of the first
+ * tree's is taken for one of it). Returns 0, or -1 with @err set. */
 static int engine_tree_join(struct agent *a, size_t img, const char **names, uint32_t npart,
-                            uint32_t mypos, struct sh_ctl **sub, char *err, size_t errlen)
+                            uint32_t mypos, bool repair, struct sh_ctl **sub, char *err,
+                            size_t errlen)
 {
     struct sh_ctl_cfg cc;
 
@@ -231,7 +234,7 @@ static int engine_tree_join(struct agent *a, size_t img, const char **names, uin
     cc.port_base = a->cfg.port_base;
     cc.port_range = a->cfg.port_range;
     cc.jobid = a->in.jobid;
-    cc.stepid = image_tree_step(a, img);
+    cc.stepid = image_tree_step(a, img) ^ (repair ? UINT64_C(1) << 39 : 0);
     cc.kjob = a->kjob;
     /* The job's listener (bind_listener), with the job's ports. */
     if (tree_listener(a, &cc, err, errlen) != 0) {
@@ -414,21 +417,119 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
     snprintf(err, errlen, "%s", po->message[0] != '\0' ? po->message : strerror(run_errno));
 }
 
+/* Is this engine exit status @st with @flags (SH_PMIX_NODE_*) one of a
+ * survivor, an engine that ended because a peer died: stopped by its agent
+ * after a failure elsewhere, or failed on its own with a communication
+ * error (an MPI error, the stall limit) or an abort, or done? */
+static bool survivor_status(int32_t st, uint32_t flags)
+{
+    if (flags & (SH_PMIX_NODE_DEADLINE | SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
+        return false;
+    if (flags & (SH_PMIX_NODE_STOPPED | SH_PMIX_NODE_ABORTED))
+        return st != -1;
+    return st != -1 && WIFEXITED(st) &&
+           (WEXITSTATUS(st) == SH_EXIT_OK || WEXITSTATUS(st) == SH_EXIT_INTERNAL ||
+            WEXITSTATUS(st) == SH_EXIT_TIMEOUT);
+}
+
+/* Is this node dead for the run: its agent did not answer or could not be
+ * reached, or its engine was killed by a signal its agent did not send (a
+ * SIGKILL from outside, the OOM killer, a crash)? Its agent sends SIGTERM
+ * after a failure elsewhere, at the deadline, and when the engine calls
+ * PMIx_Abort (Open MPI 4.1 does when a peer's connection breaks). */
+static bool dead_status(int32_t st, uint32_t flags)
+{
+    if (flags & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
+        return true;
+    return st != -1 && WIFSIGNALED(st) &&
+           !(flags & (SH_PMIX_NODE_STOPPED | SH_PMIX_NODE_DEADLINE | SH_PMIX_NODE_ABORTED));
+}
+
+/* After a failed run @po of the @npart participants @names: may the copy go
+ * on around dead nodes (doc/design.md §5, "Repair around a dead node")? Yes
+ * when every node is either dead or a survivor, at least one is dead and the
+ * reader (position 0) is not. Every participant that took part in the last
+ * exchange decides from the same statuses, so they all decide alike. Marks
+ * the dead in @dead, names them and what ended in @lost. */
+static bool repair_split(const struct sh_pmix_outcome *po, const char **names, uint32_t npart,
+                         bool *dead, char *lost, size_t lostlen)
+{
+    uint32_t ndead = 0;
+    size_t o = 0;
+
+    if (po->node_flags == NULL || po->node_status == NULL || po->nnodes != npart || npart < 2)
+        return false;
+    for (uint32_t i = 0; i < npart; i++) {
+        int32_t st = po->node_status[i];
+        uint32_t fl = po->node_flags[i];
+
+        dead[i] = dead_status(st, fl);
+        if (!dead[i] && !survivor_status(st, fl))
+            return false;
+        if (dead[i]) {
+            int n;
+
+            ndead++;
+            if (fl & (SH_PMIX_NODE_MISSING | SH_PMIX_NODE_UNREACHABLE))
+                n = snprintf(lost + o, lostlen - o, "%s%s: %s", o > 0 ? "; " : "", names[i],
+                             fl & SH_PMIX_NODE_MISSING ? "did not answer (its agent or "
+                             "its link died during the copy)" : "unreachable");
+            else
+                n = snprintf(lost + o, lostlen - o, "%s%s: engine killed by signal %d",
+                             o > 0 ? "; " : "", names[i], WTERMSIG(st));
+            if (n > 0 && (size_t)n < lostlen - o)
+                o += (size_t)n;
+        }
+    }
+    return ndead > 0 && !dead[0];
+}
+
+/* The participants @part of a failed run without the @dead ones, into
+ * @rp (part, npart, mypos: this node's place; UINT32_MAX when it is dead),
+ * and their names into @names (reused: at least @npart entries). */
+static int repair_participants(const struct agent *a, const uint32_t *part, uint32_t npart,
+                               uint32_t mypos, const bool *dead, const char **names,
+                               struct engine_repair *rp)
+{
+    rp->part = calloc(npart, sizeof(*rp->part));
+    if (rp->part == NULL)
+        return -1;
+    rp->npart = 0;
+    rp->mypos = UINT32_MAX;
+    for (uint32_t i = 0; i < npart; i++) {
+        if (dead[i])
+            continue;
+        if (i == mypos)
+            rp->mypos = rp->npart;
+        names[rp->npart] = a->names[part[i]];
+        rp->part[rp->npart++] = part[i];
+    }
+    return 0;
+}
+
 /* Run the engine for one image on the participants. @part lists node
- * indices (node 0 first); this node is @part[mypos]. */
+ * indices (node 0 first); this node is @part[mypos]. When the run fails
+ * because nodes died (repair_split), the others run it again without them
+ * (doc/design.md §5): @rp says so, with the second run's participants;
+ * the return value and @err are then the second run's. A dead node that
+ * still runs returns -1 with its own cause in @err. */
 int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart,
-               uint32_t mypos, bool *outcome, char *err, size_t errlen)
+               uint32_t mypos, bool *outcome, struct engine_repair *rp, char *err,
+               size_t errlen)
 {
     struct engine_cmd cmd;
     struct sh_ctl *sub = NULL;
     struct sh_pmix_outcome po;
     const struct sh_pmix_ops *px;
     const char **names = NULL;
+    bool *dead = NULL;
     char nspace[128] = "", outpath[PATH_MAX], logpath[PATH_MAX], pmixdir[PATH_MAX];
     char lerr[512] = "";
     char *ns = NULL;
     int rc = -1, attempt = 0, crashed, sig = 0, run_errno = 0;
+    uint32_t n = npart, me = mypos;
 
+    memset(rp, 0, sizeof(*rp));
     /* This node runs an engine: now, and only now, the PMIx host. A node
      * that cannot load it still joins the engine's tree and says so in the
      * namespace exchange below, so the others stop at once instead of
@@ -437,21 +538,24 @@ int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart
     if (px == NULL)
         a->own_fault = true; /* this node's installation */
     names = calloc(npart, sizeof(*names));
-    if (names == NULL) {
+    dead = calloc(npart, sizeof(*dead));
+    if (names == NULL || dead == NULL) {
+        free(names);
+        free(dead);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     for (uint32_t i = 0; i < npart; i++)
         names[i] = a->names[part[i]];
-    if (engine_tree_join(a, img, names, npart, mypos, &sub, err, errlen) != 0)
+    if (engine_tree_join(a, img, names, npart, mypos, false, &sub, err, errlen) != 0)
         goto out;
 again:
     free(ns);
     ns = NULL;
-    if (mypos == 0 && px != NULL &&
+    if (me == 0 && px != NULL &&
         px->make_nspace(a->in.jobid, nspace, sizeof(nspace)) != 0)
         snprintf(lerr, sizeof(lerr), "PMIx namespace: %s", strerror(errno));
-    if (exchange_nspace(sub, mypos == 0 ? nspace : NULL, lerr, &ns, a->deadline, err,
+    if (exchange_nspace(sub, me == 0 ? nspace : NULL, lerr, &ns, a->deadline, err,
                         errlen) != 0) {
         *outcome = errno == 0; /* the same text on every participant */
         goto out;
@@ -467,7 +571,7 @@ again:
         snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
         goto out;
     }
-    engine_argv(a, npart, &cmd);
+    engine_argv(a, n, &cmd);
     engine_env(a, img, &cmd);
     {
         struct sh_pmix_cfg pc = {
@@ -498,6 +602,36 @@ again:
             attempt++;
             goto again;
         }
+        if (rc != 0 && run_errno == EIO && !rp->repaired &&
+            a->deadline - sh_now_ns() > 10 * (int64_t)1000000000 &&
+            repair_split(&po, names, n, dead, rp->lost, sizeof(rp->lost))) {
+            /* Nodes died mid-copy: the others copy again without them, a
+             * fresh copy from the reader over a chain that leaves them out. */
+            px->outcome_free(&po);
+            sweep_own_temps(a, sh_spec_set_dst(a->specs, img));
+            if (dead[me]) {
+                snprintf(err, errlen, "%s", rp->lost);
+                *outcome = true;
+                goto out;
+            }
+            sh_ctl_close(sub);
+            sub = NULL;
+            if (repair_participants(a, part, npart, mypos, dead, names, rp) != 0) {
+                snprintf(err, errlen, "out of memory");
+                goto out;
+            }
+            rp->repaired = true;
+            n = rp->npart;
+            me = rp->mypos;
+            sh_warn("stage", "%s: %s: copying again to the other %u node%s",
+                    sh_spec_set_dst(a->specs, img), rp->lost, n, n == 1 ? "" : "s");
+            if (engine_tree_join(a, img, names, n, me, true, &sub, err, errlen) != 0) {
+                rc = -1;
+                goto out;
+            }
+            attempt++;
+            goto again;
+        }
         if (rc != 0)
             engine_failed(a, img, &po, run_errno, logpath, outcome, err, errlen);
         px->outcome_free(&po);
@@ -506,5 +640,6 @@ out:
     free(ns);
     sh_ctl_close(sub);
     free(names);
+    free(dead);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,7 +29,7 @@ int host_spawn_engine(const struct sh_pmix_cfg *cfg, char **env, struct engine *
     int errpipe[2];
     int child_errno = 0;
     ssize_t got;
-    pid_t pid;
+    pid_t pid, parent = getpid();
 
     if (devnull < 0)
         return -1;
@@ -53,6 +54,10 @@ int host_spawn_engine(const struct sh_pmix_cfg *cfg, char **env, struct engine *
          * kill of that group on its deadline reaches it too. */
         int err;
 
+        /* The host process gone (its agent was killed): SIGTERM, which
+         * the engine's guard turns into removing its temp and lock files. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+            _exit(127);
         if (devnull != STDIN_FILENO)
             dup2(devnull, STDIN_FILENO);
         if (errpipe[1] > 3)
@@ -193,9 +198,14 @@ static size_t describe_node(const struct sh_pmix_cfg *cfg, const struct sh_ctl_e
     int n = 0;
 
     if (e->state != SH_CTL_OK) {
-        if (pass == 0)
-            n = snprintf(msg + used, len - used, "%s%s: %s", sep, name,
-                         e->state == SH_CTL_MISSING ? "did not answer" : "unreachable");
+        static const char *const what[] = {
+            [SH_CTL_MISSING] = "did not answer",
+            [SH_CTL_UNREACHABLE] = "unreachable",
+            [SH_CTL_CLOSED] = "closed the control connection (agent ended or link broke)",
+        };
+
+        if (pass == 0 && e->state <= SH_CTL_CLOSED)
+            n = snprintf(msg + used, len - used, "%s%s: %s", sep, name, what[e->state]);
     } else if (e->tag == TAG_DONE && e->len == DONE_LEN) {
         int32_t st = host_get_status(e->data);
         uint32_t flags = (uint32_t)host_get_status(e->data + 4);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -230,8 +231,14 @@ static int engine_round(struct phase *ph)
         any_fence |= fence;
         all_fence &= fence;
         if (res.entry[i].state == SH_CTL_OK && res.entry[i].tag == TAG_DONE &&
-            res.entry[i].len == DONE_LEN)
+            res.entry[i].len == DONE_LEN) {
             out->node_status[i] = host_get_status(res.entry[i].data);
+            out->node_flags[i] = (uint32_t)host_get_status(res.entry[i].data + 4) &
+                                 (DONE_ABORTED | DONE_DEADLINE | DONE_STOPPED);
+        } else if (res.entry[i].state != SH_CTL_OK) {
+            out->node_flags[i] = res.entry[i].state == SH_CTL_MISSING
+                                     ? SH_PMIX_NODE_MISSING : SH_PMIX_NODE_UNREACHABLE;
+        }
     }
     if (req != NULL)
         answer_fence(ph, req, &res, all_fence);
@@ -279,7 +286,8 @@ static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     ph.me = sh_ctl_index(cfg->ctl);
     out->nnodes = ph.n;
     out->node_status = calloc(ph.n, sizeof(*out->node_status));
-    if (out->node_status == NULL)
+    out->node_flags = calloc(ph.n, sizeof(*out->node_flags));
+    if (out->node_status == NULL || out->node_flags == NULL)
         return -1;
     for (uint32_t i = 0; i < ph.n; i++)
         out->node_status[i] = -1;
@@ -328,7 +336,8 @@ out:
 /* ---- the host child ---------------------------------------------------- */
 
 /* What the host child reports to sh_pmix_run, followed by nnodes int32
- * exit statuses and the control-plane session state. Parent and child are
+ * exit statuses, nnodes uint32 node flags and the control-plane session
+ * state. Parent and child are
  * the same binary: native layout. */
 struct host_report {
     int32_t rc, err, local_status;
@@ -362,6 +371,7 @@ static void host_child(const struct sh_pmix_cfg *cfg, int fd)
     size_t slen = sh_ctl_state_size(cfg->ctl);
     unsigned char *state = malloc(slen);
     int32_t *st;
+    uint32_t *fl;
 
     if (cfg->close_fd > STDERR_FILENO)
         close(cfg->close_fd);
@@ -377,12 +387,16 @@ static void host_child(const struct sh_pmix_cfg *cfg, int fd)
         _exit(1);
     r.state_len = (uint32_t)slen;
     st = calloc(r.nnodes, sizeof(*st));
-    if (st == NULL)
+    fl = calloc(r.nnodes, sizeof(*fl));
+    if (st == NULL || fl == NULL)
         _exit(1);
-    for (uint32_t i = 0; i < r.nnodes; i++)
+    for (uint32_t i = 0; i < r.nnodes; i++) {
         st[i] = o.node_status != NULL ? o.node_status[i] : -1;
+        fl[i] = o.node_flags != NULL ? o.node_flags[i] : 0;
+    }
     if (write_all(fd, &r, sizeof(r)) != 0 ||
         write_all(fd, st, r.nnodes * sizeof(*st)) != 0 ||
+        write_all(fd, fl, r.nnodes * sizeof(*fl)) != 0 ||
         write_all(fd, state, slen) != 0)
         _exit(1);
     _exit(0);
@@ -422,7 +436,7 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     int64_t limit;
     int fds[2];
     int status;
-    pid_t pid;
+    pid_t pid, parent;
     int err;
 
     memset(out, 0, sizeof(*out));
@@ -435,8 +449,9 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     }
     out->nnodes = sh_ctl_nnodes(cfg->ctl);
     out->node_status = calloc(out->nnodes, sizeof(*out->node_status));
+    out->node_flags = calloc(out->nnodes, sizeof(*out->node_flags));
     state = malloc(sh_ctl_state_size(cfg->ctl));
-    if (out->node_status == NULL || state == NULL)
+    if (out->node_status == NULL || out->node_flags == NULL || state == NULL)
         goto nomem;
     for (uint32_t i = 0; i < out->nnodes; i++)
         out->node_status[i] = -1;
@@ -449,6 +464,7 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
         goto fail;
     fflush(stdout);
     fflush(stderr);
+    parent = getpid();
     pid = fork();
     if (pid < 0) {
         err = errno;
@@ -459,6 +475,13 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     }
     if (pid == 0) {
         close(fds[0]);
+        /* An agent killed (SIGKILL) mid-copy takes its host process with
+         * it, and that its engine (host_spawn_engine): its node then leaves
+         * the run at once, and the others repair around it (doc/design.md
+         * §5), instead of a headless engine finishing a copy nobody
+         * records. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(1);
         host_child(cfg, fds[1]);
     }
     close(fds[1]);
@@ -469,6 +492,7 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
     if (read_report(fds[0], &r, sizeof(r), limit) != 0 || r.nnodes != out->nnodes ||
         r.state_len != sh_ctl_state_size(cfg->ctl) ||
         read_report(fds[0], out->node_status, r.nnodes * sizeof(int32_t), limit) != 0 ||
+        read_report(fds[0], out->node_flags, r.nnodes * sizeof(uint32_t), limit) != 0 ||
         read_report(fds[0], state, r.state_len, limit) != 0) {
         err = errno;
         sh_error("pmix", "the PMIx host process failed or did not report: %s",

@@ -65,11 +65,21 @@ struct sh_pmix_cfg {
  * issue 30). */
 #define SH_ENGINE_EXIT_KILLED SH_EXIT_KILLED
 
+/* What the closing exchange said of each node (sh_pmix_outcome.node_flags):
+ * why its agent stopped its engine, or that the node never reported. */
+#define SH_PMIX_NODE_ABORTED     1u      /* the engine called PMIx_Abort */
+#define SH_PMIX_NODE_DEADLINE    2u      /* stopped at the deadline */
+#define SH_PMIX_NODE_STOPPED     4u      /* stopped because the run failed elsewhere */
+#define SH_PMIX_NODE_MISSING     0x100u  /* its agent did not answer */
+#define SH_PMIX_NODE_UNREACHABLE 0x200u  /* its agent could not be reached */
+
 struct sh_pmix_outcome {
     int local_status;            /* waitpid status of our engine, -1 never ran */
     uint32_t fences;             /* fences completed successfully */
     uint32_t nnodes;
     int32_t *node_status;        /* per node: waitpid status, -1 missing (malloc'd) */
+    uint32_t *node_flags;        /* per node: SH_PMIX_NODE_* (malloc'd); the same on
+                                    every node that took part in the last exchange */
     uint32_t nfailed;            /* nodes missing or not exited with status 0 */
     char message[512];           /* "" on success, else names nodes and reasons */
 };

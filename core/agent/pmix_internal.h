@@ -25,9 +25,9 @@
 #define TAG_DONE   2u
 /* DONE blob: waitpid status, flags, PMIx_Abort status (each be32). */
 #define DONE_LEN      12u
-#define DONE_ABORTED  1u   /* the engine called PMIx_Abort (status = its code) */
-#define DONE_DEADLINE 2u   /* the engine was stopped at the deadline */
-#define DONE_STOPPED  4u   /* stopped because the run failed elsewhere */
+#define DONE_ABORTED  SH_PMIX_NODE_ABORTED  /* the engine called PMIx_Abort (status = its code) */
+#define DONE_DEADLINE SH_PMIX_NODE_DEADLINE /* the engine was stopped at the deadline */
+#define DONE_STOPPED  SH_PMIX_NODE_STOPPED  /* stopped because the run failed elsewhere */
 
 /* A request handed from the PMIx progress thread to the main thread. */
 struct request {

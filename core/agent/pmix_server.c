@@ -155,6 +155,8 @@ void sh_pmix_outcome_free(struct sh_pmix_outcome *out)
         return;
     free(out->node_status);
     out->node_status = NULL;
+    free(out->node_flags);
+    out->node_flags = NULL;
 }
 
 void host_op_done(pmix_status_t status, void *cbdata)

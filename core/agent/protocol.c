@@ -416,9 +416,11 @@ static int step_engine(struct agent *a, struct image_run *r)
 {
     char err[SH_STATUS_LINE_MAX] = "";
     int64_t engine_start = (int64_t)time(NULL) - 1;
+    struct engine_repair rp;
     bool outcome = false;
     int rc = 0;
 
+    memset(&rp, 0, sizeof(rp));
     if (r->image) {
         /* node 0 reads its import; every node records the pinned reference */
         snprintf(a->engine_src, sizeof(a->engine_src), "%s",
@@ -426,8 +428,16 @@ static int step_engine(struct agent *a, struct image_run *r)
         snprintf(a->engine_src_name, sizeof(a->engine_src_name), "%s", r->id.path);
     }
     if (r->mypos != UINT32_MAX)
-        rc = run_engine(a, r->img, r->part, r->npart, r->mypos, &outcome, err, sizeof(err));
+        rc = run_engine(a, r->img, r->part, r->npart, r->mypos, &outcome, &rp, err,
+                        sizeof(err));
     a->engine_src[0] = a->engine_src_name[0] = '\0';
+    if (rp.repaired) {
+        /* the second run's participants from here on (its report, faults) */
+        free(r->part);
+        r->part = rp.part;
+        r->npart = rp.npart;
+        r->mypos = rp.mypos;
+    }
     /* rank 0 writes the report, so only node 0 (part[0]) has it */
     if (a->index == 0 && r->mypos != UINT32_MAX)
         r->have_rep = engine_report_load(a, r->img, r->npart, &r->rep) == 0;
@@ -442,17 +452,34 @@ static int step_engine(struct agent *a, struct image_run *r)
             engine_node_faults(&r->rep, r->part, r->npart, a->names, r->faulty,
                                sizeof(r->faulty));
         }
-        if (reason[0] != '\0')
+        if (rp.repaired && a->index == 0)
+            /* the dead nodes first, then why the copy around them failed */
+            r->len = snprintf(r->buf, sizeof(r->buf), "fail %s; then, copying again "
+                              "without %s: %.900s", rp.lost,
+                              strchr(rp.lost, ';') != NULL ? "them" : "it",
+                              reason[0] != '\0' ? reason : err);
+        else if (reason[0] != '\0')
             r->len = snprintf(r->buf, sizeof(r->buf), "fail %s", reason);
         else if (outcome)
             r->len = snprintf(r->buf, sizeof(r->buf), "failo %.400s", err);
         else
             r->len = snprintf(r->buf, sizeof(r->buf), "fail %s: %.400s", a->in.nodename, err);
-        r->leader_cause = a->index == 0 && reason[0] != '\0';
+        r->leader_cause = a->index == 0 && (reason[0] != '\0' || rp.repaired);
         /* The source changed, vanished or became unreadable after submit:
          * the user's error, not the node's (doc/design.md §5), even though the
          * engine found it. */
         r->source_fault = r->leader_cause && r->rep.exit_code == SH_EXIT_SOURCE;
+    } else if (rp.repaired && a->index == 0) {
+        /* The copy went on around the dead nodes: every other node has its
+         * verified copy, and the image still fails, naming them (the
+         * dead nodes' own "failo" results say the same and are dropped). */
+        r->len = snprintf(r->buf, sizeof(r->buf), "fail %s; the copy went on without %s: "
+                          "the other %u node%s of the copy verified and published %s",
+                          rp.lost, strchr(rp.lost, ';') != NULL ? "them" : "it", r->npart,
+                          r->npart == 1 ? "" : "s", r->npart == 1 ? "its copy"
+                          : "their copies");
+        r->leader_cause = true;
+        r->copied = true;
     } else {
         r->len = snprintf(r->buf, sizeof(r->buf), "ok");
         r->copied = r->mypos != UINT32_MAX;

@@ -139,11 +139,21 @@ int verify_copy_digest(struct agent *a, const char *dst, const char *reader_dige
                        bool copied, int64_t since, char *buf, size_t buflen, int *len,
                        char *ref_out);
 
+/* launch.c: a run repaired around dead nodes (doc/design.md §5). */
+struct engine_repair {
+    bool repaired;          /* the second run, without the dead nodes, ran */
+    uint32_t *part;         /* its participants (node 0 first; malloc'ed) */
+    uint32_t npart, mypos;  /* this node is part[mypos] */
+    char lost[SH_STATUS_LINE_MAX / 4]; /* the dead nodes and what ended */
+};
+
 /* launch.c: run the engine for image @img on the participants @part
- * (node 0 first; this node is @part[mypos]). Returns 0, or -1 with @err set
- * and *@outcome true when @err is the same text on every participant. */
+ * (node 0 first; this node is @part[mypos]), around dead nodes when some
+ * die (@rp; its part is the caller's to free). Returns 0, or -1 with @err
+ * set and *@outcome true when @err is the same text on every participant. */
 int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart,
-               uint32_t mypos, bool *outcome, char *err, size_t errlen);
+               uint32_t mypos, bool *outcome, struct engine_repair *rp, char *err,
+               size_t errlen);
 /* Read the site's mpi_env file into @a->mpi_env (as root: an admin's file).
  * Returns 0, or -1 with the reason in @err. */
 int load_mpi_env(struct agent *a, char *err, size_t errlen);

@@ -496,6 +496,29 @@ static int still_named(int dirfd, const char *lname, int fd)
     return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
+void sh_publish_signal_unlock_remove(int dirfd, const char *name, int lockfd)
+{
+    char lname[NAME_MAX + 1];
+    struct stat st;
+    size_t o = 0;
+
+    if (dirfd < 0 || lockfd < 0 || name == NULL || name[0] == '\0')
+        return;
+    /* ".<name>.lock" (sh_publish_lockname) without snprintf(3), which is not
+     * async-signal-safe */
+    lname[o++] = '.';
+    for (const char *p = name; *p != '\0'; p++) {
+        if (o + sizeof(".lock") >= sizeof(lname))
+            return;
+        lname[o++] = *p;
+    }
+    memcpy(lname + o, ".lock", sizeof(".lock"));
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 || errno != ENOENT)
+        return;
+    if (still_named(dirfd, lname, lockfd) == 1)
+        unlinkat(dirfd, lname, 0);
+}
+
 int sh_publish_lock(int dirfd, const char *name, uint64_t timeout_ns,
                     int *lockfd)
 {

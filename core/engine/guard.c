@@ -26,16 +26,36 @@ uint64_t sh_guard_deadline_ns;
 char sh_guard_host[64];
 char sh_guard_jobid[64];
 
+/* Where the run keeps DST's directory, lock and name (struct sh_dest). */
+static const int *volatile guard_dirfd, *volatile guard_lockfd;
+static const char *volatile guard_name;
+
+void sh_guard_watch_lock(const int *dirfd, const int *lockfd, const char *name)
+{
+    guard_dirfd = dirfd;
+    guard_lockfd = lockfd;
+    guard_name = name;
+}
+
+/* The temp file, and the lock file when no DST is left (a run that ends
+ * here without the regular release, sh_dest_release: a dead peer, the
+ * deadline, a signal). Async-signal-safe. */
+static void guard_cleanup(void)
+{
+    sh_publish_signal_cleanup(&sh_guard_pub);
+    if (guard_dirfd != NULL && guard_lockfd != NULL && guard_name != NULL)
+        sh_publish_signal_unlock_remove(*guard_dirfd, guard_name, *guard_lockfd);
+}
+
 static void on_signal(int sig)
 {
     static const char msg[] = "stagehand-bcast: terminated by a signal; "
                               "temp file removed\n";
+    bool had_temp = sh_guard_pub.tmp_live != 0;
 
-    if (sh_guard_pub.tmp_live) {
-        sh_publish_signal_cleanup(&sh_guard_pub);
-        if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
-            /* nothing left to report to */
-        }
+    guard_cleanup();
+    if (had_temp && write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
+        /* nothing left to report to */
     }
     signal(sig, SIG_DFL);
     raise(sig);
@@ -45,7 +65,7 @@ static void on_signal(int sig)
  * peer dies); the temp file must not outlive it. */
 static void cleanup_at_exit(void)
 {
-    sh_publish_signal_cleanup(&sh_guard_pub);
+    guard_cleanup();
 }
 
 /* A crash (in Open MPI when a peer vanished, or ours) must not leave the temp
@@ -134,7 +154,7 @@ size_t sh_guard_killed_text(int sig, const siginfo_t *info, char *buf, size_t le
 static void on_crash(int sig, siginfo_t *info, void *ctx)
 {
     (void)ctx;
-    sh_publish_signal_cleanup(&sh_guard_pub);
+    guard_cleanup();
     if (sh_guard_sent_by_user(info, getpid())) {
         char msg[256];
         size_t n = sh_guard_killed_text(sig, info, msg, sizeof(msg));
@@ -206,7 +226,7 @@ static void on_alarm(int sig)
     (void)sig;
     if (sh_guard_done)
         _exit(sh_guard_exit_code);     /* stuck in MPI_Finalize: result known */
-    sh_publish_signal_cleanup(&sh_guard_pub);
+    guard_cleanup();
     if (write(STDERR_FILENO, alarm_msg, alarm_len) < 0) {
         /* nothing left to report to */
     }
@@ -290,7 +310,7 @@ static void leave(int code)
 
 void sh_guard_deadline_abort(const char *phase, const char *detail)
 {
-    sh_publish_signal_cleanup(&sh_guard_pub);
+    guard_cleanup();
     sh_error(phase, "deadline (--timeout) reached%s%s; no file left under the "
              "destination's name, exiting", detail != NULL ? ": " : "",
              detail != NULL ? detail : "");
@@ -304,7 +324,7 @@ void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)
 
     if (rc != MPI_SUCCESS)
         MPI_Error_string(rc, err, &len);
-    sh_publish_signal_cleanup(&sh_guard_pub);
+    guard_cleanup();
     sh_error(phase, "%s failed%s%s; no file left under the destination's "
              "name, exiting", what, len > 0 ? ": " : "", err);
     leave(SH_EXIT_INTERNAL);

@@ -19,6 +19,9 @@
 /* The temp file of this rank's DST; the handlers unlink it while
  * sh_guard_pub.tmp_live is set. */
 extern struct sh_publish sh_guard_pub;
+/* DST's lock, watched where the run keeps it (sh_guard_watch_lock): every
+ * exit path above also removes the lock file when it leaves no DST. */
+void sh_guard_watch_lock(const int *dirfd, const int *lockfd, const char *name);
 extern volatile sig_atomic_t sh_guard_done;    /* set before MPI_Finalize */
 extern volatile sig_atomic_t sh_guard_exit_code; /* valid once done is set */
 extern uint64_t sh_guard_deadline_ns;          /* CLOCK_MONOTONIC, absolute */

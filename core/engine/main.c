@@ -170,6 +170,7 @@ static void prepare_run(struct run *r)
     r->lrank = -1;
     r->node_comm = r->leaders = MPI_COMM_NULL;
     r->d.dirfd = r->d.lockfd = -1;
+    sh_guard_watch_lock(&r->d.dirfd, &r->d.lockfd, r->d.name);
     r->res.status = -1;             /* set by every path of the run */
     sh_guard_deadline_ns = r->t0 + r->o.timeout_ns;
     set_identity(-1);           /* the rank is known after MPI_Init */

@@ -100,6 +100,14 @@ void sh_publish_abort(struct sh_publish *p);
  * from a signal handler or watchdog (case F06). Does not close. */
 void sh_publish_signal_cleanup(struct sh_publish *p);
 
+/* Async-signal-safe: for a process that leaves at once (a signal handler, a
+ * watchdog, an exit path that never reaches sh_publish_unlock_remove): when
+ * there is no DST @name in @dirfd (not even a link) and the lock file is still
+ * the one held on @lockfd, unlink the lock file (stagehand(8): a staging that
+ * leaves no DST removes it). Does not close @lockfd (the exit releases the
+ * lock). @lockfd or @dirfd < 0, or @name empty: a no-op. */
+void sh_publish_signal_unlock_remove(int dirfd, const char *name, int lockfd);
+
 /* Write @len bytes of @buf as file @name in @dirfd with the whole sequence
  * above (used for the metadata sidecar), permission bits exactly @mode.
  * Returns 0 or -1 with errno. */

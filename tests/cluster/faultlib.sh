@@ -161,6 +161,16 @@ wait_io() {
         done; exit 1' sh "$2" "$3" "$4"
 }
 
+# The agent (stagehand-agent) of job @1 on node @2: the one whose parent,
+# the plugin's staging process, has the job id in its environment.
+agent_of() {
+    on_node "$2" sh -c '
+        for p in $(pgrep --ns $$ --nslist net -x stagehand-agent); do
+            pp=$(ps -o ppid= -p $p | tr -d " ")
+            tr "\0" "\n" </proc/$pp/environ 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo $p
+        done; true' sh "$1"
+}
+
 # Size of @2 in node @1 ("" when missing).
 node_size() {
     on_node "$1" stat -c %s "$2" 2>/dev/null || true

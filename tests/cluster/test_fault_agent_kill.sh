@@ -28,15 +28,6 @@ trap cleanup EXIT
 make_user_file "$src" 4 || fail "cannot create $src"
 off=$(log_offset "$victim")
 
-# the agent of job $1 on node $2 (its parent, the prolog, has the job id)
-agent_of() {
-    on_node "$2" sh -c '
-        for p in $(pgrep --ns $$ --nslist net -x stagehand-agent); do
-            pp=$(ps -o ppid= -p $p | tr -d " ")
-            tr "\0" "\n" </proc/$pp/environ 2>/dev/null | grep -qx "SLURM_JOB_ID=$1" && echo $p
-        done; true' sh "$1"
-}
-
 "$MINICLUSTER" freeze "$frozen" || fail "cannot freeze $frozen"
 id=$(as_user sbatch --parsable -J "$tag" -N3 -w "$leader,$frozen,$victim" -o "$out" \
          --stage-image="$src:$dst" --wrap 'echo script-ran') || fail "sbatch: $id"

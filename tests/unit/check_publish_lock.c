@@ -112,6 +112,36 @@ START_TEST(lock_file_removed_by_holder)
 }
 END_TEST
 
+/* The engine's exit paths (guard.c): the lock file goes only while there is
+ * no DST and it is still the file held; the lock is not released. */
+START_TEST(lock_file_removed_at_exit)
+{
+    struct stat named;
+    int a = -1, b = -1;
+
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &a), 0);
+    /* DST is there: the lock file stays */
+    write_file("img", "copy");
+    sh_publish_signal_unlock_remove(dirfd_, "img", a);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), 0);
+    /* no DST: removed, the fd still open and locked */
+    ck_assert_int_eq(unlinkat(dirfd_, "img", 0), 0);
+    sh_publish_signal_unlock_remove(dirfd_, "img", a);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), -1);
+    ck_assert_int_eq(fcntl(a, F_GETFD), FD_CLOEXEC);
+    /* a lock file that is no longer the one held stays */
+    ck_assert_int_eq(sh_publish_lock(dirfd_, "img", 0, &b), 0);
+    sh_publish_signal_unlock_remove(dirfd_, "img", a);
+    ck_assert_int_eq(fstatat(dirfd_, ".img.lock", &named, 0), 0);
+    sh_publish_signal_unlock_remove(dirfd_, "img", -1);
+    sh_publish_signal_unlock_remove(-1, "img", b);
+    sh_publish_signal_unlock_remove(dirfd_, "", b);
+    ck_assert_int_eq(faccessat(dirfd_, ".img.lock", F_OK, 0), 0);
+    sh_publish_unlock(a);
+    ck_assert_int_eq(sh_publish_unlock_remove(dirfd_, "img", b), 0);
+}
+END_TEST
+
 /* A symbolic link planted where the lock file goes is never followed. */
 START_TEST(lock_symlink_refused)
 {
@@ -184,6 +214,7 @@ int main(void)
     tcase_add_test(tc, lock_owner_from_temp);
     tcase_add_test(tc, lock_symlink_refused);
     tcase_add_test(tc, lock_file_removed_by_holder);
+    tcase_add_test(tc, lock_file_removed_at_exit);
     tcase_add_test(tc, lock_of_another_user_named);
     suite_add_tcase(s, tc);
     return sh_check_run(s);

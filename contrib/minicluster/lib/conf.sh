@@ -64,7 +64,7 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=60
 SchedulerType=sched/backfill
-NodeName=DEFAULT CPUs=16 Boards=1 SocketsPerBoard=1 CoresPerSocket=16 ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
+NodeName=DEFAULT CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN
 EOF
     for n in "${NODES[@]}"; do
         echo "NodeName=$n NodeAddr=$(node_ip "$n") NodeHostname=$n" >>"$STATE/etc/slurm.conf"
