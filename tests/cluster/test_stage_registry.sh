@@ -149,67 +149,6 @@ grep -q "@$d2\$" "$work/runs" || fail "not imported at $d2: $(cat "$work/runs")"
 [ "$(node_sha n3 "$dst")" != "$sha" ] || fail "n3 still has the old image"
 echo "ok: the tag pushed anew is imported again"
 
-# ---- scancel while the importer runs: nothing of it is left ----
-# (the agent gets the epilog's SIGTERM; the importer runs in its own process
-# group, which the agent kills, then it removes the import directory)
-echo hold >"$work/mode"
-rm -f "$work/held"
-cdst=/nvme/t-reg/c.sqsh
-rm -f "$out"
-job_id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose \
-    --stage-image="docker://$reg/$repo:v1:$cdst" --wrap "srun -N$k true") || fail "sbatch: $job_id"
-for _ in $(seq 1 300); do
-    [ -s "$work/held" ] && break
-    sleep 0.2
-done
-[ -s "$work/held" ] || fail "cancel: the importer did not reach mksquashfs: $(cat "$out" 2>/dev/null)"
-held=$(on_node n1 sh -c "ls -d /nvme/t-reg/.c.sqsh.import.$job_id.* 2>/dev/null")
-[ -n "$held" ] || fail "cancel: no import directory on n1 while the importer runs"
-on_node n1 sh -c "ls $held/image.sqsh.part" >/dev/null 2>&1 ||
-    fail "cancel: no partial image in $held on n1"
-hpid=$(node_pids n1 "$work/bin/[m]ksquashfs" | head -1)
-[ -n "$hpid" ] || fail "cancel: the held mksquashfs is not running on n1"
-# its process group: the wrapper, stagehand-import, mksquashfs, sleep
-pgid=$(on_node n1 ps -o pgid= -p "$hpid" | tr -d ' ')
-[ -n "$pgid" ] || fail "cancel: no process group of $hpid"
-[ "$(on_node n1 pgrep -g "$pgid" | wc -l)" -ge 4 ] ||
-    fail "cancel: the importer's process group $pgid: $(on_node n1 pgrep -a -g "$pgid")"
-as_user scancel "$job_id" || fail "scancel $job_id"
-t0=$SECONDS
-st=$(wait_job_end "$job_id" 30)
-[ "$st" = CANCELLED ] || fail "cancel: job ended $st"
-left=$(procs_left node_pids "$work/[bi]" 20)
-[ -z "$left" ] || fail "cancel: the importer's processes still run 20 s after scancel: $left"
-[ -z "$(on_node n1 pgrep -a -g "$pgid")" ] || fail "cancel: the importer's group still runs: $(on_node n1 pgrep -a -g "$pgid")"
-for p in skopeo umoci mksquashfs; do
-    left=$(procs_left named_pids "$p" 5)
-    [ -z "$left" ] || fail "cancel: $p still runs: $left"
-done
-assert_runtime_gone "$job_id" 20
-for _ in $(seq 1 50); do
-    [ -z "$(on_node n1 sh -c "ls -d $held 2>/dev/null")" ] && break
-    sleep 0.2
-done
-assert_nothing_left "$cdst"
-assert_no_entries /nvme/t-reg '\.part$' "partial image files"
-assert_no_drain
-echo "ok: cancelled during the import ($((SECONDS - t0)) s to clean): no importer process, no import directory or partial file, no drain"
-
-echo real >"$work/mode"
-runs0=$(wc -l <"$work/runs")
-stage "$reg/$repo:v1" "$cdst" "srun -N$k sh -c 'unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test'"
-[ "$st" = COMPLETED ] || fail "after the cancel: job ended $st: $(cat "$out")"
-grep -q "$cdst: $k copied, 0 current of $k nodes" "$out" || fail "after the cancel: $(cat "$out")"
-[ "$(grep -c "image $repo:v1 pushed" "$out")" -eq "$k" ] || fail "after the cancel: srun did not read the image: $(cat "$out")"
-[ $(($(wc -l <"$work/runs") - runs0)) -eq 1 ] || fail "after the cancel: imported $(($(wc -l <"$work/runs") - runs0)) times"
-csha=$(node_sha n1 "$cdst")
-[ -n "$csha" ] || fail "after the cancel: n1 has no $cdst"
-for n in $MINICLUSTER_NODES; do
-    [ "$(node_sha "$n" "$cdst")" = "$csha" ] || fail "after the cancel: $n: $cdst differs from n1's"
-done
-assert_nothing_left "$cdst.absent"
-echo "ok: the same image after the cancel: $k byte-identical copies"
-
 # ---- failures: the job fails naming the reference and the reason ----
 # fail_case NAME REF DST WANT: the job fails, its output names the
 # reference and WANT, no drain, nothing left, the importer ran at most once.
@@ -255,4 +194,75 @@ fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did n
 for n in $MINICLUSTER_NODES; do
     [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
 done
+
+# ---- scancel while the importer runs: nothing of it is left ----
+# (the agent gets the epilog's SIGTERM; the importer runs in its own process
+# group, which the agent kills, then it removes the import directory)
+echo hold >"$work/mode"
+rm -f "$work/held"
+cdst=/nvme/t-reg/c.sqsh
+rm -f "$out"
+job_id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose \
+    --stage-image="docker://$reg/$repo:v1:$cdst" --wrap "srun -N$k true") || fail "sbatch: $job_id"
+for _ in $(seq 1 300); do
+    [ -s "$work/held" ] && break
+    sleep 0.2
+done
+[ -s "$work/held" ] || fail "cancel: the importer did not reach mksquashfs: $(cat "$out" 2>/dev/null)"
+held=$(on_node n1 sh -c "ls -d /nvme/t-reg/.c.sqsh.import.$job_id.* 2>/dev/null")
+[ -n "$held" ] || fail "cancel: no import directory on n1 while the importer runs"
+on_node n1 sh -c "ls $held/image.sqsh.part" >/dev/null 2>&1 ||
+    fail "cancel: no partial image in $held on n1"
+hpid=$(node_pids n1 "$work/bin/[m]ksquashfs" | head -1)
+[ -n "$hpid" ] || fail "cancel: the held mksquashfs is not running on n1"
+# Live processes (zombies, which wait for their reaper, are not) of process
+# group @1 (the nodes share one PID namespace): "pid comm".
+live_in_group() {
+    ps -e -o pgid=,stat=,pid=,comm= | awk -v g="$1" '$2 !~ /^Z/ && $1 == g {print $3, $4}'
+}
+# Live processes of the job user on node @1 named @2.
+live_named() {
+    on_node "$1" sh -c 'pgrep --ns $$ --nslist net -u "$1" -r R,S,D,T -x "$2" || true' sh "$MINICLUSTER_USER" "$2"
+}
+# its process group: stagehand-import (the wrapper exec'd it), mksquashfs, sleep
+pgid=$(on_node n1 ps -o pgid= -p "$hpid" | tr -d ' ')
+[ -n "$pgid" ] || fail "cancel: no process group of $hpid"
+[ "$(live_in_group "$pgid" | wc -l)" -ge 3 ] || fail "cancel: the importer's process group $pgid: $(live_in_group "$pgid")"
+as_user scancel "$job_id" || fail "scancel $job_id"
+t0=$SECONDS
+st=$(wait_job_end "$job_id" 30)
+[ "$st" = CANCELLED ] || fail "cancel: job ended $st"
+t1=$SECONDS
+left=$(procs_left node_pids "$work/[bi]" 20)
+[ -z "$left" ] || fail "cancel: the importer's processes still run 20 s after scancel: $left"
+[ -z "$(live_in_group "$pgid")" ] || fail "cancel: the importer's group still runs: $(live_in_group "$pgid")"
+for p in skopeo umoci mksquashfs; do
+    for n in $MINICLUSTER_NODES; do
+        [ -z "$(live_named "$n" "$p")" ] || fail "cancel: $n: $p of the job user still runs"
+    done
+done
+assert_runtime_gone "$job_id" 20
+for _ in $(seq 1 50); do
+    [ -z "$(on_node n1 sh -c "ls -d $held 2>/dev/null")" ] && break
+    sleep 0.2
+done
+assert_nothing_left "$cdst"
+assert_no_entries /nvme/t-reg '\.part$' "partial image files"
+assert_no_drain
+echo "ok: cancelled during the import (ended in $((t1 - t0)) s, clean $((SECONDS - t0)) s after scancel): no importer process, no import directory or partial file, no drain"
+
+echo real >"$work/mode"
+runs0=$(wc -l <"$work/runs")
+stage "$reg/$repo:v1" "$cdst" "srun -N$k sh -c 'unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test'"
+[ "$st" = COMPLETED ] || fail "after the cancel: job ended $st: $(cat "$out")"
+grep -q "$cdst: $k copied, 0 current of $k nodes" "$out" || fail "after the cancel: $(cat "$out")"
+[ "$(grep -c "image $repo:v1 pushed" "$out")" -eq "$k" ] || fail "after the cancel: srun did not read the image: $(cat "$out")"
+[ $(($(wc -l <"$work/runs") - runs0)) -eq 1 ] || fail "after the cancel: imported $(($(wc -l <"$work/runs") - runs0)) times"
+csha=$(node_sha n1 "$cdst")
+[ -n "$csha" ] || fail "after the cancel: n1 has no $cdst"
+for n in $MINICLUSTER_NODES; do
+    [ "$(node_sha "$n" "$cdst")" = "$csha" ] || fail "after the cancel: $n: $cdst differs from n1's"
+done
+assert_nothing_left "$cdst.absent"
+echo "ok: the same image after the cancel: $k byte-identical copies"
 echo "PASS"
