@@ -9,7 +9,8 @@
 # (unknown image, registry not allowed, registry down, importer fails,
 # importer past the deadline): the job fails naming the reference and the
 # reason, no node is drained, nothing partial is left, and no second import
-# runs. scancel while the importer runs (its mksquashfs held after writing a
+# runs; no access (DST's directory not writable, an image the importer
+# cannot read) likewise. scancel while the importer runs (its mksquashfs held after writing a
 # partial image): no importer, skopeo, umoci or mksquashfs of the job is
 # left, no import directory or partial file, no drain, and the same image
 # then stages again.
@@ -194,6 +195,19 @@ fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did n
 for n in $MINICLUSTER_NODES; do
     [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
 done
+
+# No access: DST's directory is not the user's to write (the import
+# directory cannot be made: the importer never runs); an image the
+# importer cannot read (a digest the registry does not have).
+for n in $MINICLUSTER_NODES; do on_node "$n" sh -c 'mkdir /nvme/t-reg/ro && chmod 0755 /nvme/t-reg/ro'; done
+echo real >"$work/mode"
+runs0=$(wc -l <"$work/runs")
+fail_case "DST's directory not writable" "$reg/$repo:v1" /nvme/t-reg/ro/n.sqsh "cannot make the import directory /nvme/t-reg/ro/.n.sqsh.import."
+grep -q "import\.$job_id\.[0-9]*: Permission denied" "$out" || fail "not writable: the reason is missing: $(cat "$out")"
+[ "$(wc -l <"$work/runs")" -eq "$runs0" ] || fail "not writable: the importer ran"
+assert_no_entries /nvme/t-reg/ro '^(\.[^.]|\.\..|[^.])' "entries in the directory the user cannot write"
+fail_case "image the importer cannot read" "$reg/$repo@sha256:$(printf '%064d' 0)" /nvme/t-reg/p.sqsh "the importer failed (exit 1)"
+grep -q "manifest unknown" "$out" || fail "cannot read: the registry's reason is missing: $(cat "$out")"
 
 # ---- scancel while the importer runs: nothing of it is left ----
 # (the agent gets the epilog's SIGTERM; the importer runs in its own process
