@@ -235,16 +235,22 @@ START_TEST(test_stop_during_import)
 }
 END_TEST
 
-/* SIGTERM right after a successful import (the broadcast reads the image):
- * the image and the directory are removed in the handler, then the agent
- * ends by SIGTERM. */
-START_TEST(test_stop_after_import)
+/* Agent's own handler for SIGHUP (as on_plugin_gone): ends it with 42. */
+static void agent_hup(int sig)
 {
-    int p[2], st;
+    (void)sig;
+    _exit(42);
+}
+
+/* Fork an "agent" (its own SIGHUP handler and an ignored SIGINT when
+ * @own_handlers) that imports with the current importer and then waits;
+ * returns its pid once the import has succeeded. */
+static pid_t agent_after_import(bool own_handlers)
+{
+    int p[2];
     pid_t agent;
     char c;
 
-    write_importer("mkdir -p oci/blobs\nprintf image >\"$2\"");
     ck_assert_int_eq(pipe(p), 0);
     agent = fork();
     ck_assert_int_ge(agent, 0);
@@ -253,6 +259,10 @@ START_TEST(test_stop_after_import)
 
         agent_init();
         close(p[0]);
+        if (own_handlers) {
+            signal(SIGHUP, agent_hup);
+            signal(SIGINT, SIG_IGN);
+        }
         if (sh_import_run(&cfg, user, &ref, workdir, image, sh_now_ns() + 20000000000LL, err,
                           sizeof(err)) != 0)
             _exit(2);
@@ -263,6 +273,19 @@ START_TEST(test_stop_after_import)
     close(p[1]);
     ck_assert_int_eq(read(p[0], &c, 1), 1);
     close(p[0]);
+    return agent;
+}
+
+/* SIGTERM right after a successful import (the broadcast reads the image):
+ * the image and the directory are removed in the handler, then the agent
+ * ends by SIGTERM. */
+START_TEST(test_stop_after_import)
+{
+    pid_t agent;
+    int st;
+
+    write_importer("mkdir -p oci/blobs\nprintf image >\"$2\"");
+    agent = agent_after_import(false);
     ck_assert(exists(image));
     ck_assert_int_eq(entries(workdir), 1);
     ck_assert_int_eq(kill(agent, SIGTERM), 0);
@@ -274,39 +297,13 @@ END_TEST
 
 /* The agent's own SIGHUP handler (on_plugin_gone) still runs after the
  * import directory is gone; a signal the agent ignores stays ignored. */
-static void agent_hup(int sig)
-{
-    (void)sig;
-    _exit(42);
-}
-
 START_TEST(test_stop_passed_on)
 {
-    int p[2], st;
     pid_t agent;
-    char c;
+    int st;
 
     write_importer("printf image >\"$2\"");
-    ck_assert_int_eq(pipe(p), 0);
-    agent = fork();
-    ck_assert_int_ge(agent, 0);
-    if (agent == 0) {
-        char err[SH_IMPORT_ERR_MAX];
-
-        agent_init();
-        close(p[0]);
-        signal(SIGHUP, agent_hup);
-        signal(SIGINT, SIG_IGN);
-        if (sh_import_run(&cfg, user, &ref, workdir, image, sh_now_ns() + 20000000000LL, err,
-                          sizeof(err)) != 0)
-            _exit(2);
-        (void)!write(p[1], "1", 1);
-        for (;;)
-            pause();
-    }
-    close(p[1]);
-    ck_assert_int_eq(read(p[0], &c, 1), 1);
-    close(p[0]);
+    agent = agent_after_import(true);
     ck_assert_int_eq(kill(agent, SIGINT), 0);
     usleep(100000);
     ck_assert_int_eq(waitpid(agent, &st, WNOHANG), 0);
