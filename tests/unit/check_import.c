@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -124,9 +125,11 @@ static bool ended(pid_t pid)
 }
 
 /* The forked "agent": the agent's own dispositions (Check's test process
- * catches SIGTERM, and its handler stops the whole process group). */
+ * catches SIGTERM, and its handler stops the whole process group); it ends
+ * with the test process (a failed assertion leaves none waiting). */
 static void agent_init(void)
 {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
