@@ -54,7 +54,8 @@ const char *sh_image_home(const struct sh_ref *pinned, const char *dst)
  *   (import_prune) and the signals are unblocked: the handler removes both
  *   (unlink, rmdir: async-signal-safe) and passes the signal on to what the
  *   agent had before (its SIGHUP handler, or the default: the agent ends).
- * A signal the agent ignores stays ignored. */
+ * A signal the agent ignores stays ignored. A child the agent forks
+ * meanwhile (its engine, before exec) only passes the signal on. */
 static const int stops[3] = { SIGTERM, SIGINT, SIGHUP };
 static struct sigaction guard_old[3];
 static bool guard_set[3];
@@ -64,18 +65,21 @@ static char guard_dir[PATH_MAX], guard_image[PATH_MAX];
 static volatile sig_atomic_t guard_files;   /* guard_dir/guard_image are the agent's */
 static volatile sig_atomic_t child_group;   /* the running child's process group */
 static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t guard_pid;     /* the agent that holds them */
 
 static void on_stop(int sig)
 {
     int e = errno;
+    bool agent = getpid() == (pid_t)guard_pid;
 
-    stop_signal = sig;
-    if (child_group > 0) {
+    if (agent)
+        stop_signal = sig;
+    if (agent && child_group > 0) {
         (void)kill(-(pid_t)child_group, SIGKILL);
         errno = e;
         return; /* run_bounded returns ECANCELED; guard_end ends the agent */
     }
-    if (guard_files) {
+    if (agent && guard_files) {
         (void)unlink(guard_image);
         (void)rmdir(guard_dir);
         guard_files = 0;
@@ -92,7 +96,8 @@ static void on_stop(int sig)
 }
 
 /* Catch the stop signals (blocked) for a child to run or an import
- * directory @dir holding @image (both NULL for the resolver). */
+ * directory @dir holding @image (both NULL for the resolver). One guard at
+ * a time: guard_end (or sh_import_release) ends it. */
 static void guard_begin(const char *dir, const char *image)
 {
     struct sigaction sa;
@@ -107,6 +112,7 @@ static void guard_begin(const char *dir, const char *image)
     stop_signal = 0;
     child_group = 0;
     guard_files = 0;
+    guard_pid = (sig_atomic_t)getpid();
     (void)sigprocmask(SIG_BLOCK, &guard_mask, &guard_oldmask);
     if (dir != NULL) {
         snprintf(guard_dir, sizeof(guard_dir), "%s", dir);

@@ -167,14 +167,12 @@ START_TEST(test_paths)
 END_TEST
 
 /* A successful import leaves the image alone in the directory (what the
- * importer left beside it, read-only directories included, goes); the
- * importer ran without the agent's stop signals blocked. */
+ * importer left beside it, read-only directories included, goes). */
 START_TEST(test_success_prunes)
 {
     char err[SH_IMPORT_ERR_MAX];
 
-    write_importer("grep -q '^SigBlk:[[:space:]]*0*$' /proc/$$/status || exit 9\n"
-                   "mkdir -p junk/ro/sub && echo x >junk/ro/sub/f && chmod 0500 junk/ro\n"
+    write_importer("mkdir -p junk/ro/sub && echo x >junk/ro/sub/f && chmod 0500 junk/ro\n"
                    "echo leftover >\"$2.part\"\n"
                    "printf image >\"$2\"");
     ck_assert_msg(sh_import_run(&cfg, user, &ref, workdir, image, sh_now_ns() + 20000000000LL,
@@ -182,6 +180,24 @@ START_TEST(test_success_prunes)
     ck_assert_int_eq(entries(workdir), 1);
     ck_assert(exists(image));
     ck_assert_int_eq(sh_import_release(workdir), 0);
+    ck_assert(!exists(workdir));
+}
+END_TEST
+
+/* The importer starts with the mask the agent had (the guard blocks the
+ * stop signals in the agent): here none blocked, so its grep of its own
+ * mask succeeds (and it writes no image). */
+START_TEST(test_importer_mask)
+{
+    char err[SH_IMPORT_ERR_MAX];
+    sigset_t none;
+
+    sigemptyset(&none);
+    ck_assert_int_eq(sigprocmask(SIG_SETMASK, &none, NULL), 0);
+    write_importer("exec grep -q '^SigBlk:[[:space:]]*0*$' /proc/self/status");
+    ck_assert_int_eq(sh_import_run(&cfg, user, &ref, workdir, image,
+                                   sh_now_ns() + 20000000000LL, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "the importer succeeded but wrote no image") != NULL, "%s", err);
     ck_assert(!exists(workdir));
 }
 END_TEST
@@ -246,13 +262,13 @@ static void agent_hup(int sig)
 }
 
 /* Fork an "agent" (its own SIGHUP handler and an ignored SIGINT when
- * @own_handlers) that imports with the current importer and then waits;
- * returns its pid once the import has succeeded. */
-static pid_t agent_after_import(bool own_handlers)
+ * @own_handlers) that imports with the current importer, then forks a
+ * child of its own (an engine before exec: the agent's handlers) into
+ * *@engine, and waits; returns its pid once the import has succeeded. */
+static pid_t agent_after_import(bool own_handlers, pid_t *engine)
 {
     int p[2];
     pid_t agent;
-    char c;
 
     ck_assert_int_eq(pipe(p), 0);
     agent = fork();
@@ -269,28 +285,39 @@ static pid_t agent_after_import(bool own_handlers)
         if (sh_import_run(&cfg, user, &ref, workdir, image, sh_now_ns() + 20000000000LL, err,
                           sizeof(err)) != 0)
             _exit(2);
-        (void)!write(p[1], "1", 1);
+        *engine = fork();
+        if (*engine == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            for (;;)
+                pause();
+        }
+        (void)!write(p[1], engine, sizeof(*engine));
         for (;;)
             pause();
     }
     close(p[1]);
-    ck_assert_int_eq(read(p[0], &c, 1), 1);
+    ck_assert_int_eq(read(p[0], engine, sizeof(*engine)), (ssize_t)sizeof(*engine));
     close(p[0]);
+    ck_assert_int_gt(*engine, 0);
     return agent;
 }
 
 /* SIGTERM right after a successful import (the broadcast reads the image):
  * the image and the directory are removed in the handler, then the agent
- * ends by SIGTERM. */
+ * ends by SIGTERM; the agent's child (an engine before exec) stopped alone
+ * ends without touching them. */
 START_TEST(test_stop_after_import)
 {
-    pid_t agent;
+    pid_t agent, engine;
     int st;
 
     write_importer("mkdir -p oci/blobs\nprintf image >\"$2\"");
-    agent = agent_after_import(false);
+    agent = agent_after_import(false, &engine);
     ck_assert(exists(image));
     ck_assert_int_eq(entries(workdir), 1);
+    ck_assert_int_eq(kill(engine, SIGTERM), 0);
+    ck_assert(ended(engine));
+    ck_assert(exists(image));
     ck_assert_int_eq(kill(agent, SIGTERM), 0);
     ck_assert_int_eq(waitpid(agent, &st, 0), agent);
     ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "agent status %#x", st);
@@ -302,11 +329,11 @@ END_TEST
  * import directory is gone; a signal the agent ignores stays ignored. */
 START_TEST(test_stop_passed_on)
 {
-    pid_t agent;
+    pid_t agent, engine;
     int st;
 
     write_importer("printf image >\"$2\"");
-    agent = agent_after_import(true);
+    agent = agent_after_import(true, &engine);
     ck_assert_int_eq(kill(agent, SIGINT), 0);
     usleep(100000);
     ck_assert_int_eq(waitpid(agent, &st, WNOHANG), 0);
@@ -343,6 +370,7 @@ static Suite *import_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_paths);
     tcase_add_test(tc, test_success_prunes);
+    tcase_add_test(tc, test_importer_mask);
     tcase_add_test(tc, test_failure_removes);
     tcase_add_test(tc, test_stop_during_import);
     tcase_add_test(tc, test_stop_after_import);
