@@ -234,7 +234,8 @@ hpid=$(node_pids n1 "$work/bin/[m]ksquashfs" | head -1)
 live_in_group() {
     ps -e -o pgid=,stat=,pid=,comm= | awk -v g="$1" '$2 !~ /^Z/ && $1 == g {print $3, $4}'
 }
-# Live processes of the job user on node @1 named @2.
+# Live processes of the job user on node @1 whose whole name matches the
+# extended regular expression @2.
 live_named() {
     on_node "$1" sh -c 'pgrep --ns $$ --nslist net -u "$1" -r R,S,D,T -x "$2" || true' sh "$MINICLUSTER_USER" "$2"
 }
@@ -250,10 +251,8 @@ t1=$SECONDS
 left=$(procs_left node_pids "$work/[bi]" 20)
 [ -z "$left" ] || fail "cancel: the importer's processes still run 20 s after scancel: $left"
 [ -z "$(live_in_group "$pgid")" ] || fail "cancel: the importer's group still runs: $(live_in_group "$pgid")"
-for p in skopeo umoci mksquashfs; do
-    for n in $MINICLUSTER_NODES; do
-        [ -z "$(live_named "$n" "$p")" ] || fail "cancel: $n: $p of the job user still runs"
-    done
+for n in $MINICLUSTER_NODES; do
+    [ -z "$(live_named "$n" 'skopeo|umoci|mksquashfs')" ] || fail "cancel: $n: skopeo, umoci or mksquashfs of the job user still runs"
 done
 assert_runtime_gone "$job_id" 20
 for _ in $(seq 1 50); do
