@@ -234,10 +234,12 @@ hpid=$(node_pids n1 "$work/bin/[m]ksquashfs" | head -1)
 live_in_group() {
     ps -e -o pgid=,stat=,pid=,comm= | awk -v g="$1" '$2 !~ /^Z/ && $1 == g {print $3, $4}'
 }
-# Live processes of the job user on node @1 whose whole name matches the
-# extended regular expression @2.
+# Live processes of the job user on node @1 named @2, @3... (one node call).
 live_named() {
-    on_node "$1" sh -c 'pgrep --ns $$ --nslist net -u "$1" -r R,S,D,T -x "$2" || true' sh "$MINICLUSTER_USER" "$2"
+    local n=$1
+    shift
+    on_node "$n" sh -c 'u=$1; shift; for p; do pgrep --ns $$ --nslist net -u "$u" -r R,S,D,T -x "$p"; done; true' \
+        sh "$MINICLUSTER_USER" "$@"
 }
 # its process group: stagehand-import (the wrapper exec'd it), mksquashfs, sleep
 pgid=$(on_node n1 ps -o pgid= -p "$hpid" | tr -d ' ')
@@ -252,7 +254,7 @@ left=$(procs_left node_pids "$work/[bi]" 20)
 [ -z "$left" ] || fail "cancel: the importer's processes still run 20 s after scancel: $left"
 [ -z "$(live_in_group "$pgid")" ] || fail "cancel: the importer's group still runs: $(live_in_group "$pgid")"
 for n in $MINICLUSTER_NODES; do
-    [ -z "$(live_named "$n" 'skopeo|umoci|mksquashfs')" ] || fail "cancel: $n: skopeo, umoci or mksquashfs of the job user still runs"
+    [ -z "$(live_named "$n" skopeo umoci mksquashfs)" ] || fail "cancel: $n: skopeo, umoci or mksquashfs of the job user still runs"
 done
 assert_runtime_gone "$job_id" 20
 for _ in $(seq 1 50); do
