@@ -475,10 +475,13 @@ int sh_import_remove(const char *workdir)
     }
     /* umoci's rootless unpack keeps read-only directories: make each one
      * the owner's to empty first (before nftw reads it), then remove depth
-     * first; never following links or crossing filesystems. */
-    if (nftw(workdir, own_dir, 16, FTW_PHYS | FTW_MOUNT) != 0)
+     * first; never following links. Not FTW_MOUNT: on overlayfs a
+     * directory and the files in it report different devices, so it left
+     * every file (the removal runs as the job user: it can remove only
+     * what the user may). */
+    if (nftw(workdir, own_dir, 16, FTW_PHYS) != 0)
         return -1;
-    return nftw(workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    return nftw(workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* nftw: everything under the import directory but the image (guard_image). */
@@ -493,9 +496,9 @@ static int prune_entry(const char *path, const struct stat *sb, int flag, struct
  * so that a stop needs only unlink and rmdir (on_stop). */
 static int import_prune(const char *workdir)
 {
-    if (nftw(workdir, own_dir, 16, FTW_PHYS | FTW_MOUNT) != 0)
+    if (nftw(workdir, own_dir, 16, FTW_PHYS) != 0)
         return -1;
-    return nftw(workdir, prune_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    return nftw(workdir, prune_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int sh_import_release(const char *workdir)
