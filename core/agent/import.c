@@ -42,6 +42,108 @@ const char *sh_image_home(const struct sh_ref *pinned, const char *dst)
     return dst;
 }
 
+/* A stop (scancel, the epilog's SIGTERM, SIGHUP when the plugin's process
+ * ends) while this agent runs a resolver or importer, or holds an import
+ * directory. The child runs in its own process group, which the agent's
+ * signals do not reach; so from before the directory is made until it is
+ * removed (sh_import_release) the stop signals are caught here:
+ * - while a child runs (run_bounded), they are blocked except inside its
+ *   ppoll(2): the handler kills the child's group, and the agent removes
+ *   the directory and then ends by the signal (guard_end);
+ * - after a successful import the directory holds the image alone
+ *   (import_prune) and the signals are unblocked: the handler removes both
+ *   (unlink, rmdir: async-signal-safe) and passes the signal on to what the
+ *   agent had before (its SIGHUP handler, or the default: the agent ends).
+ * A signal the agent ignores stays ignored. A child the agent forks
+ * meanwhile (its engine, before exec) only passes the signal on. */
+static const int stops[3] = { SIGTERM, SIGINT, SIGHUP };
+static struct sigaction guard_old[3];
+static bool guard_set[3];
+static sigset_t guard_mask;                 /* the stop signals */
+static sigset_t guard_oldmask;              /* the agent's mask before the guard */
+static char guard_dir[PATH_MAX], guard_image[PATH_MAX];
+static volatile sig_atomic_t guard_files;   /* guard_dir/guard_image are the agent's */
+static volatile sig_atomic_t child_group;   /* the running child's process group */
+static volatile sig_atomic_t stop_signal;
+static volatile sig_atomic_t guard_pid;     /* the agent that holds them */
+
+static void on_stop(int sig)
+{
+    int e = errno;
+    bool agent = getpid() == (pid_t)guard_pid;
+
+    if (agent)
+        stop_signal = sig;
+    if (agent && child_group > 0) {
+        (void)kill(-(pid_t)child_group, SIGKILL);
+        errno = e;
+        return; /* run_bounded returns ECANCELED; guard_end ends the agent */
+    }
+    if (agent && guard_files) {
+        (void)unlink(guard_image);
+        (void)rmdir(guard_dir);
+        guard_files = 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (stops[i] != sig || !guard_set[i])
+            continue;
+        /* Pending (blocked in here) until this handler returns, then the
+         * agent's own handler (on_plugin_gone) or the default: the end. */
+        (void)sigaction(sig, &guard_old[i], NULL);
+        (void)raise(sig);
+    }
+    errno = e;
+}
+
+/* Catch the stop signals (blocked) for a child to run or an import
+ * directory @dir holding @image (both NULL for the resolver). One guard at
+ * a time: guard_end (or sh_import_release) ends it. */
+static void guard_begin(const char *dir, const char *image)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&guard_mask);
+    for (int i = 0; i < 3; i++)
+        sigaddset(&guard_mask, stops[i]);
+    sa.sa_mask = guard_mask;
+    stop_signal = 0;
+    child_group = 0;
+    guard_files = 0;
+    guard_pid = (sig_atomic_t)getpid();
+    (void)sigprocmask(SIG_BLOCK, &guard_mask, &guard_oldmask);
+    if (dir != NULL) {
+        snprintf(guard_dir, sizeof(guard_dir), "%s", dir);
+        snprintf(guard_image, sizeof(guard_image), "%s", image);
+    }
+    for (int i = 0; i < 3; i++) {
+        guard_set[i] = sigaction(stops[i], NULL, &guard_old[i]) == 0 &&
+                       guard_old[i].sa_handler != SIG_IGN &&
+                       sigaction(stops[i], &sa, NULL) == 0;
+    }
+}
+
+/* Put the agent's own handlers and mask back. After a stop (what the
+ * guard held is gone by then) the signal is delivered to them now: the
+ * agent ends by it, as it would have without the guard. */
+static void guard_end(void)
+{
+    int sig = stop_signal;
+
+    (void)sigprocmask(SIG_BLOCK, &guard_mask, NULL);
+    guard_files = 0;
+    for (int i = 0; i < 3; i++)
+        if (guard_set[i])
+            (void)sigaction(stops[i], &guard_old[i], NULL);
+    memset(guard_set, 0, sizeof(guard_set));
+    stop_signal = 0;
+    if (sig != 0)
+        (void)raise(sig); /* pending until the mask below */
+    (void)sigprocmask(SIG_SETMASK, &guard_oldmask, NULL);
+}
+
 /* Deadline for a child of the leader: the staging's, less the margin. */
 static int64_t child_deadline(int64_t deadline)
 {
@@ -92,14 +194,16 @@ static ssize_t drain(int fd, char *buf, size_t cap, size_t *len, bool tail)
 
 /* Run @argv (in its own process group, in @cwd, environment @envp) until it
  * exits or @deadline (sh_now_ns) passes: then its process group is killed.
- * Its stdout into @out, the tail of its stderr into @err. Returns the wait
- * status, or -1 with errno (ETIMEDOUT at the deadline). */
+ * Its stdout into @out, the tail of its stderr into @err. Call between
+ * guard_begin and guard_end (the stop signals blocked). Returns the wait
+ * status, or -1 with errno (ETIMEDOUT at the deadline, ECANCELED when a
+ * stop signal came meanwhile: see on_stop). */
 static int run_bounded(char *const *argv, char *const *envp, const char *cwd, int64_t deadline,
                        char *out, size_t outlen, char *err, size_t errlen)
 {
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status = 0;
     size_t olen = 0, elen = 0;
-    bool oopen = true, eopen = true, late = false;
+    bool oopen = true, eopen = true, late = false, exited = false;
     pid_t pid;
 
     out[0] = err[0] = '\0';
@@ -127,30 +231,55 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
     if (pid == 0) {
         int devnull = open("/dev/null", O_RDONLY);
 
+        /* The stop signals are still blocked here: default them, then give
+         * the child the mask the agent had (it must not inherit a block). */
+        for (int i = 0; i < 3; i++)
+            if (guard_set[i])
+                signal(stops[i], SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        sigprocmask(SIG_SETMASK, &guard_oldmask, NULL);
         setpgid(0, 0);
         if (devnull < 0 || dup2(devnull, STDIN_FILENO) < 0 ||
             dup2(po[1], STDOUT_FILENO) < 0 || dup2(pe[1], STDERR_FILENO) < 0 ||
             chdir(cwd) != 0)
             _exit(127);
-        signal(SIGPIPE, SIG_DFL);
         execve(argv[0], argv, envp);
         dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
-    setpgid(pid, pid); /* either side may win the race */
+    setpgid(pid, pid); /* either side may win the race: the group exists now */
+    child_group = pid;
     close(po[1]);
     close(pe[1]);
-    while (oopen || eopen) {
+    /* Until the child has exited and both pipes are closed (a child that
+     * closes them and runs on is still bounded by the deadline). */
+    while ((oopen || eopen || !exited) && stop_signal == 0) {
         struct pollfd p[2] = { { po[0], POLLIN, 0 }, { pe[0], POLLIN, 0 } };
-        int64_t left = deadline - sh_now_ns();
+        int64_t left = deadline - sh_now_ns(), wait_ns;
+        struct timespec ts;
+        siginfo_t si;
 
+        if (!exited) {
+            memset(&si, 0, sizeof(si));
+            /* Not reaped yet: its group cannot be reused before the kill below. */
+            exited = waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                     si.si_pid == pid;
+        }
         if (left <= 0) {
-            late = true;
+            late = !exited || oopen || eopen;
             break;
         }
+        if (!oopen && !eopen && exited)
+            break;
+        wait_ns = oopen || eopen ? left : 20 * NS_PER_MS;
+        if (wait_ns > left)
+            wait_ns = left;
+        ts.tv_sec = (time_t)(wait_ns / 1000000000LL);
+        ts.tv_nsec = (long)(wait_ns % 1000000000LL);
         p[0].fd = oopen ? po[0] : -1;
         p[1].fd = eopen ? pe[0] : -1;
-        if (poll(p, 2, (int)(left / NS_PER_MS) + 1) < 0) {
+        /* The only place the stop signals are taken (guard_oldmask). */
+        if (ppoll(p, 2, &ts, &guard_oldmask) < 0) {
             if (errno == EINTR)
                 continue;
             break;
@@ -164,12 +293,17 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
     }
     close(po[0]);
     close(pe[0]);
-    if (late)
-        kill(-pid, SIGKILL);
+    /* At the deadline, after a stop, and what the child left running in its
+     * group (skopeo's helpers): the leader is not reaped yet, so its group
+     * id still names this group. */
+    kill(-pid, SIGKILL);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
-    /* Whatever it left running in its group (skopeo's helpers) goes too. */
-    kill(-pid, SIGKILL);
+    child_group = 0;
+    if (stop_signal != 0) {
+        errno = ECANCELED;
+        return -1;
+    }
     if (late) {
         errno = ETIMEDOUT;
         return -1;
@@ -218,14 +352,21 @@ static void one_line(char *s)
             *p = ' ';
 }
 
-/* Why @status (run_bounded's) is a failure, with the stderr tail @tail. */
+/* Why @status (run_bounded's, with its errno) is a failure, with the
+ * stderr tail @tail; nothing for a status of 0. */
 static void describe(const char *what, int status, const char *cmd, char *tail, char *err,
                      size_t errlen)
 {
+    err[0] = '\0';
+    if (status == 0)
+        return;
     one_line(tail);
     if (status < 0 && errno == ETIMEDOUT)
         snprintf(err, errlen, "the %s did not finish within the staging deadline (timeout=); "
                  "stopped%s%s", what, tail[0] != '\0' ? ": " : "", tail);
+    else if (status < 0 && errno == ECANCELED)
+        snprintf(err, errlen, "the %s was stopped: the staging was stopped by signal %d",
+                 what, (int)stop_signal);
     else if (status < 0)
         snprintf(err, errlen, "cannot run the %s %s: %s", what, cmd, strerror(errno));
     else if (WIFSIGNALED(status))
@@ -258,10 +399,12 @@ int sh_import_resolve(const struct sh_config *cfg, const char *user, const char 
         return -1;
     }
     child_env_init(&ce, user, "/tmp");
+    guard_begin(NULL, NULL);
     status = run_bounded(argv, ce.envp, "/", child_deadline(deadline), out, sizeof(out),
                          tail, sizeof(tail));
+    describe("resolver", status, argv[0], tail, why, sizeof(why));
+    guard_end(); /* after a stop the agent ends here */
     if (status != 0) {
-        describe("resolver", status, argv[0], tail, why, sizeof(why));
         sh_ref_command_free(argv);
         snprintf(err, errlen, "%s: cannot resolve the image's digest: %s", src, why);
         return -1;
@@ -287,14 +430,22 @@ int sh_import_resolve(const struct sh_config *cfg, const char *user, const char 
     return 0;
 }
 
-void sh_import_paths(const char *dir, const char *dst, uint64_t jobid, uint64_t stepid,
-                     char *workdir, size_t wlen, char *image, size_t ilen)
+int sh_import_paths(const char *dir, const char *dst, uint64_t jobid, uint64_t stepid,
+                    char *workdir, size_t wlen, char *image, size_t ilen)
 {
     const char *slash = strrchr(dst, '/');
     const char *name = slash != NULL ? slash + 1 : dst;
+    int n = snprintf(workdir, wlen, "%s/.%s.import.%" PRIu64 ".%" PRIu64, dir, name, jobid,
+                     stepid);
+    int m = n >= 0 && (size_t)n < wlen ? snprintf(image, ilen, "%s/image.sqsh", workdir) : -1;
 
-    snprintf(workdir, wlen, "%s/.%s.import.%" PRIu64 ".%" PRIu64, dir, name, jobid, stepid);
-    snprintf(image, ilen, "%s/image.sqsh", workdir);
+    /* A cut name could name another entry (or @dir itself) to remove. */
+    if (m < 0 || (size_t)m >= ilen || (size_t)m >= sizeof(guard_image)) {
+        workdir[0] = image[0] = '\0';
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return 0;
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -307,7 +458,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 static int own_dir(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)ftw;
-    if (flag == FTW_D && (sb->st_mode & 0700) != 0700 && chmod(path, (sb->st_mode & 07777) | 0700) != 0)
+    if ((flag == FTW_D || flag == FTW_DNR) && (sb->st_mode & 0700) != 0700 && chmod(path, (sb->st_mode & 07777) | 0700) != 0)
         return -1;
     return 0;
 }
@@ -324,10 +475,43 @@ int sh_import_remove(const char *workdir)
     }
     /* umoci's rootless unpack keeps read-only directories: make each one
      * the owner's to empty first (before nftw reads it), then remove depth
-     * first; never following links or crossing filesystems. */
-    if (nftw(workdir, own_dir, 16, FTW_PHYS | FTW_MOUNT) != 0)
+     * first; never following links. Not FTW_MOUNT: on overlayfs a
+     * directory and the files in it report different devices, so it left
+     * every file (the removal runs as the job user: it can remove only
+     * what the user may). */
+    if (nftw(workdir, own_dir, 16, FTW_PHYS) != 0)
         return -1;
-    return nftw(workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    return nftw(workdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* nftw: everything under the import directory but the image (guard_image). */
+static int prune_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    if (ftw->level == 0 || strcmp(path, guard_image) == 0)
+        return 0;
+    return rm_entry(path, sb, flag, ftw);
+}
+
+/* Leave the image alone in @workdir (what an importer left beside it goes),
+ * so that a stop needs only unlink and rmdir (on_stop). */
+static int import_prune(const char *workdir)
+{
+    if (nftw(workdir, own_dir, 16, FTW_PHYS) != 0)
+        return -1;
+    return nftw(workdir, prune_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int sh_import_release(const char *workdir)
+{
+    int rc, e;
+
+    (void)sigprocmask(SIG_BLOCK, &guard_mask, NULL);
+    guard_files = 0;
+    rc = sh_import_remove(workdir);
+    e = errno;
+    guard_end();
+    errno = e;
+    return rc;
 }
 
 int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh_ref *pinned,
@@ -341,20 +525,25 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
     int status;
 
     sh_ref_format(pinned, ref, sizeof(ref));
+    guard_begin(workdir, image);
     /* A directory of an earlier try of this job (killed agent) goes first. */
     if (sh_import_remove(workdir) != 0 && errno != ENOENT) {
         snprintf(err, errlen, "%s: cannot remove %s: %s", ref, workdir, strerror(errno));
+        guard_end();
         return -1;
     }
     if (mkdir(workdir, 0700) != 0) {
         snprintf(err, errlen, "%s: cannot make the import directory %s: %s", ref, workdir,
                  strerror(errno));
+        guard_end();
         return -1;
     }
+    guard_files = 1;
     argv = sh_ref_command_expand(cfg->importer, pinned, image);
     if (argv == NULL) {
         snprintf(err, errlen, "%s: out of memory", ref);
         sh_import_remove(workdir);
+        guard_end();
         return -1;
     }
     child_env_init(&ce, user, workdir);
@@ -367,13 +556,20 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
         snprintf(err, errlen, "%s: the importer succeeded but wrote no image to %s", ref,
                  image);
         status = -1;
+    } else if (import_prune(workdir) != 0) {
+        snprintf(err, errlen, "%s: cannot empty the import directory %s: %s", ref, workdir,
+                 strerror(errno));
+        status = -1;
     }
     sh_ref_command_free(argv);
     if (status != 0) {
         if (sh_import_remove(workdir) != 0)
             sh_warn("import", "cannot remove %s: %s", workdir, strerror(errno));
+        guard_end(); /* after a stop the agent ends here */
         return -1;
     }
+    /* From here a stop removes the image and the directory (on_stop). */
+    (void)sigprocmask(SIG_SETMASK, &guard_oldmask, NULL);
     sh_info("import", "%s imported into %s (%lld bytes)", ref, image, (long long)st.st_size);
     return 0;
 }

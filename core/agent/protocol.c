@@ -109,11 +109,21 @@ static int pinned_from(const struct sh_ctl_entry *e, struct image_run *r, char *
 static int plan_import(struct agent *a, struct image_run *r)
 {
     char err[SH_IMPORT_ERR_MAX];
+    bool ok;
 
-    sh_import_paths(r->mdir, sh_image_home(&r->ref, r->dst), a->in.jobid, a->in.stepid,
-                    r->workdir, sizeof(r->workdir), r->imgfile, sizeof(r->imgfile));
-    if (sh_import_run(&a->cfg, a->in.user, &r->ref, r->workdir, r->imgfile, a->deadline, err,
-                      sizeof(err)) != 0) {
+    if (sh_import_paths(r->mdir, sh_image_home(&r->ref, r->dst), a->in.jobid, a->in.stepid,
+                        r->workdir, sizeof(r->workdir), r->imgfile, sizeof(r->imgfile)) != 0) {
+        char ref[SH_REF_TEXT_MAX];
+
+        sh_ref_format(&r->ref, ref, sizeof(ref));
+        snprintf(err, sizeof(err), "%.600s: the import directory's name in %.300s is too long", ref,
+                 r->mdir);
+        ok = false;
+    } else {
+        ok = sh_import_run(&a->cfg, a->in.user, &r->ref, r->workdir, r->imgfile, a->deadline,
+                           err, sizeof(err)) == 0;
+    }
+    if (!ok) {
         r->len = snprintf(r->buf, sizeof(r->buf), "fail %s", err);
         if (r->len >= (int)sizeof(r->buf))
             r->len = (int)sizeof(r->buf) - 1;
@@ -674,7 +684,7 @@ void stage_image_run(struct agent *a, size_t img)
     free(plan);
     if (rc == 0 && step_engine(a, &r) == 0)
         step_outcome(a, &r);
-    if (r.imported && sh_import_remove(r.workdir) != 0)
+    if (r.imported && sh_import_release(r.workdir) != 0)
         sh_warn("import", "cannot remove %s: %s", r.workdir, strerror(errno));
     free(r.part);
     if (r.have_rep)

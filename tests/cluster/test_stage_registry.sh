@@ -9,7 +9,11 @@
 # (unknown image, registry not allowed, registry down, importer fails,
 # importer past the deadline): the job fails naming the reference and the
 # reason, no node is drained, nothing partial is left, and no second import
-# runs.
+# runs; no access (DST's directory not writable, an image the importer
+# cannot read) likewise. scancel while the importer runs (its mksquashfs held after writing a
+# partial image): no importer, skopeo, umoci or mksquashfs of the job is
+# left, no import directory or partial file, no drain, and the same image
+# then stages again.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's shell
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -38,17 +42,27 @@ chmod 1777 "$work"
 
 # The site's importer, wrapped: each run leaves a line in $work/runs; the
 # file $work/mode makes it the shipped one (real), fail with a message
-# (fail) or outlast the staging's deadline (sleep).
+# (fail), outlast the staging's deadline (sleep) or run the shipped one
+# whose mksquashfs, once it has written its partial output, says so in
+# $work/held and waits (hold).
 cat >"$work/importer.sh" <<EOF
 #!/bin/sh
 echo "\$1" >>"$work/runs"
 case "\$(cat "$work/mode")" in
     fail) echo "importer-broke on purpose" >&2; exit 3 ;;
     sleep) sleep 300 ;;
+    hold) PATH=$work/bin:\$PATH; export PATH ;;
 esac
 exec $STAGEHAND_PREFIX/libexec/stagehand-import --insecure import "\$1" "\$2"
 EOF
-chmod 755 "$work/importer.sh"
+mkdir -p "$work/bin"
+cat >"$work/bin/mksquashfs" <<EOF
+#!/bin/sh
+/usr/bin/mksquashfs "\$@" || exit
+echo "\$(hostname) \$2" >"$work/held"
+sleep 300
+EOF
+chmod 755 "$work/importer.sh" "$work/bin/mksquashfs"
 echo real >"$work/mode"
 : >"$work/runs"
 chmod 666 "$work/runs"
@@ -181,4 +195,89 @@ fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did n
 for n in $MINICLUSTER_NODES; do
     [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
 done
+
+# No access: DST's directory is not the user's to write (the import
+# directory cannot be made: the importer never runs); an image the
+# importer cannot read (a digest the registry does not have).
+for n in $MINICLUSTER_NODES; do on_node "$n" sh -c 'mkdir /nvme/t-reg/ro && chmod 0755 /nvme/t-reg/ro'; done
+echo real >"$work/mode"
+runs0=$(wc -l <"$work/runs")
+fail_case "DST's directory not writable" "$reg/$repo:v1" /nvme/t-reg/ro/n.sqsh "cannot make the import directory /nvme/t-reg/ro/.n.sqsh.import."
+grep -q "import\.$job_id\.[0-9]*: Permission denied" "$out" || fail "not writable: the reason is missing: $(cat "$out")"
+[ "$(wc -l <"$work/runs")" -eq "$runs0" ] || fail "not writable: the importer ran"
+assert_no_entries /nvme/t-reg/ro '^(\.[^.]|\.\..|[^.])' "entries in the directory the user cannot write"
+fail_case "image the importer cannot read" "$reg/$repo@sha256:$(printf '%064d' 0)" /nvme/t-reg/p.sqsh "the importer failed (exit 1)"
+grep -q "manifest unknown" "$out" || fail "cannot read: the registry's reason is missing: $(cat "$out")"
+
+# ---- scancel while the importer runs: nothing of it is left ----
+# (the agent gets the epilog's SIGTERM; the importer runs in its own process
+# group, which the agent kills, then it removes the import directory)
+echo hold >"$work/mode"
+rm -f "$work/held"
+cdst=/nvme/t-reg/c.sqsh
+rm -f "$out"
+job_id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose \
+    --stage-image="docker://$reg/$repo:v1:$cdst" --wrap "srun -N$k true") || fail "sbatch: $job_id"
+for _ in $(seq 1 300); do
+    [ -s "$work/held" ] && break
+    sleep 0.2
+done
+[ -s "$work/held" ] || fail "cancel: the importer did not reach mksquashfs: $(cat "$out" 2>/dev/null)"
+held=$(on_node n1 sh -c "ls -d /nvme/t-reg/.c.sqsh.import.$job_id.* 2>/dev/null")
+[ -n "$held" ] || fail "cancel: no import directory on n1 while the importer runs"
+on_node n1 sh -c "ls $held/image.sqsh.part" >/dev/null 2>&1 ||
+    fail "cancel: no partial image in $held on n1"
+hpid=$(node_pids n1 "$work/bin/[m]ksquashfs" | head -1)
+[ -n "$hpid" ] || fail "cancel: the held mksquashfs is not running on n1"
+# Live processes (zombies, which wait for their reaper, are not) of process
+# group @1 (the nodes share one PID namespace): "pid comm".
+live_in_group() {
+    ps -e -o pgid=,stat=,pid=,comm= | awk -v g="$1" '$2 !~ /^Z/ && $1 == g {print $3, $4}'
+}
+# Live processes of the job user on node @1 named @2, @3... (one node call).
+live_named() {
+    local n=$1
+    shift
+    on_node "$n" sh -c 'u=$1; shift; for p; do pgrep --ns $$ --nslist net -u "$u" -r R,S,D,T -x "$p"; done; true' \
+        sh "$MINICLUSTER_USER" "$@"
+}
+# its process group: stagehand-import (the wrapper exec'd it), mksquashfs, sleep
+pgid=$(on_node n1 ps -o pgid= -p "$hpid" | tr -d ' ')
+[ -n "$pgid" ] || fail "cancel: no process group of $hpid"
+[ "$(live_in_group "$pgid" | wc -l)" -ge 3 ] || fail "cancel: the importer's process group $pgid: $(live_in_group "$pgid")"
+as_user scancel "$job_id" || fail "scancel $job_id"
+t0=$SECONDS
+st=$(wait_job_end "$job_id" 30)
+[ "$st" = CANCELLED ] || fail "cancel: job ended $st"
+t1=$SECONDS
+left=$(procs_left node_pids "$work/[bi]" 20)
+[ -z "$left" ] || fail "cancel: the importer's processes still run 20 s after scancel: $left"
+[ -z "$(live_in_group "$pgid")" ] || fail "cancel: the importer's group still runs: $(live_in_group "$pgid")"
+for n in $MINICLUSTER_NODES; do
+    [ -z "$(live_named "$n" skopeo umoci mksquashfs)" ] || fail "cancel: $n: skopeo, umoci or mksquashfs of the job user still runs"
+done
+assert_runtime_gone "$job_id" 20
+for _ in $(seq 1 50); do
+    [ -z "$(on_node n1 sh -c "ls -d $held 2>/dev/null")" ] && break
+    sleep 0.2
+done
+assert_nothing_left "$cdst"
+assert_no_entries /nvme/t-reg '\.part$' "partial image files"
+assert_no_drain
+echo "ok: cancelled during the import (ended in $((t1 - t0)) s, clean $((SECONDS - t0)) s after scancel): no importer process, no import directory or partial file, no drain"
+
+echo real >"$work/mode"
+runs0=$(wc -l <"$work/runs")
+stage "$reg/$repo:v1" "$cdst" "srun -N$k sh -c 'unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test'"
+[ "$st" = COMPLETED ] || fail "after the cancel: job ended $st: $(cat "$out")"
+grep -q "$cdst: $k copied, 0 current of $k nodes" "$out" || fail "after the cancel: $(cat "$out")"
+[ "$(grep -c "image $repo:v1 pushed" "$out")" -eq "$k" ] || fail "after the cancel: srun did not read the image: $(cat "$out")"
+[ $(($(wc -l <"$work/runs") - runs0)) -eq 1 ] || fail "after the cancel: imported $(($(wc -l <"$work/runs") - runs0)) times"
+csha=$(node_sha n1 "$cdst")
+[ -n "$csha" ] || fail "after the cancel: n1 has no $cdst"
+for n in $MINICLUSTER_NODES; do
+    [ "$(node_sha "$n" "$cdst")" = "$csha" ] || fail "after the cancel: $n: $cdst differs from n1's"
+done
+assert_nothing_left "$cdst.absent"
+echo "ok: the same image after the cancel: $k byte-identical copies"
 echo "PASS"
