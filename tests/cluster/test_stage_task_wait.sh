@@ -44,7 +44,10 @@ staging_started || fail "the transfer did not start: $(cat "$out" 2>/dev/null)"
 st=$(squeue -h -j "$id" -o %T)
 [ "$st" = RUNNING ] || fail "job $id is $st while its nodes stage (want RUNNING: the prolog has ended)"
 ! grep -q script-ran "$out" 2>/dev/null || fail "the script started before the staging ended"
-waiting=$(named_pids n1 stagehand-wait)
+# this job's (scontrol listpids, from n1's slurmd): another job's task may
+# wait on n1 too, and end before it is looked at
+waiting=$(on_node n1 scontrol listpids "$id" 2>/dev/null | awk 'NR > 1 {print $1}' |
+    grep -xF -f - <(named_pids n1 stagehand-wait) || true)
 [ -n "$waiting" ] || fail "no task named stagehand-wait on n1 while it stages"
 [ "$(on_node n1 stat -c %U "/proc/$(echo "$waiting" | head -1)")" = root ] ||
     fail "the waiting task is not root's (task_init_privileged runs as root)"
