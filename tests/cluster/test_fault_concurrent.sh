@@ -22,9 +22,7 @@ release=/tmp/$tok.release # (c): lets the lock holders go, in each node's own /t
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$MINICLUSTER_SHARED"/"$tok".*.out
-    for n in $MINICLUSTER_NODES; do on_node "$n" sh -c "touch $release; rm -rf /nvme/$tok"; done
-    sleep 0.3
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$release"; done
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok" "$release"; done
 }
 trap cleanup EXIT
 make_user_file "$src" 64 || fail "cannot create $src"
@@ -78,16 +76,30 @@ echo "ok: (b) eight jobs with DST current: all no-ops ($((SECONDS - t0)) s for a
 
 # (c) another run holds DST's lock on every node (here flock(1) as the user,
 # with a temp file named as a copying run names its own) until the job's
-# engine has waited for it for 2 s on every node: the job waits, then copies,
-# and its summary says how long it waited and for whom. (A lock held for a
-# fixed time could be let go before a job started late on a loaded host
-# tried it.) The holders give up after 120 s.
+# engine on that node has waited for it for 2 s: the job waits, then copies,
+# and its summary says how long it waited and for whom. The engine tries the
+# lock (and goes on trying) once it has opened DST's directory
+# (sh_dest_lock_all); a watcher inside each node (root: the engine, which
+# changed its credentials, is not dumpable) sees that and lets the holder go.
+# (A lock held for a fixed time could be let go before a job that started
+# late on a loaded host tried it.) Holders and watchers give up after about
+# 120 s.
 dst2=/nvme/$tok/img2
 held=/nvme/$tok/.img2.stage.424242.elsewhere.1.tmp
 holders=()
 for n in $MINICLUSTER_NODES; do
-    on_node_as_user "$n" flock -x "/nvme/$tok/.img2.lock" \
-        sh -c "touch $held; i=0; while [ ! -e $release ] && [ \$i -lt 1200 ]; do sleep 0.1; i=\$((i + 1)); done; rm -f $held" &
+    on_node_as_user "$n" flock -x "/nvme/$tok/.img2.lock" sh -c '
+        touch "$1"
+        for _ in $(seq 1 1200); do [ -e "$2" ] && break; sleep 0.1; done
+        rm -f "$1"' sh "$held" "$release" &
+    holders+=("$!")
+    on_node "$n" sh -c '
+        for _ in $(seq 1 1200); do
+            for p in $(pgrep --ns $$ --nslist net -u "$1" -x stagehand-bcast); do
+                ls -l "/proc/$p/fd" 2>/dev/null | grep -q " $2\$" && { sleep 2; touch "$3"; exit 0; }
+            done
+            sleep 0.1
+        done' sh "$MINICLUSTER_USER" "/nvme/$tok" "$release" &
     holders+=("$!")
 done
 for n in $MINICLUSTER_NODES; do
@@ -100,21 +112,6 @@ done
 c=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$MINICLUSTER_SHARED/$tok.held.out" --stage-verbose \
     --stage-image="$src:$dst2" --wrap 'cmp "$STAGEHAND_IMAGE" '"$src"' && echo script-ran') ||
     fail "sbatch (c)"
-# The engine tries the lock (and goes on trying) once it has opened DST's
-# directory (sh_dest_lock_all): wait for that on every node, 2 s more, then
-# let the holders go.
-for n in $MINICLUSTER_NODES; do
-    pid=$(wait_engine_pid "$n" "$tok" 90)
-    [ -n "$pid" ] || fail "(c) job $c: no engine on $n: $(cat "$MINICLUSTER_SHARED/$tok.held.out" 2>/dev/null)"
-    on_node "$n" sh -c 'for _ in $(seq 1 600); do
-            ls -l "/proc/$1/fd" 2>/dev/null | grep -q " $2\$" && exit 0
-            [ -d "/proc/$1" ] || exit 1
-            sleep 0.1
-        done; exit 1' sh "$pid" "/nvme/$tok" ||
-        fail "(c) job $c: the engine $pid on $n did not open /nvme/$tok: $(cat "$MINICLUSTER_SHARED/$tok.held.out" 2>/dev/null)"
-done
-sleep 2
-for n in $MINICLUSTER_NODES; do on_node "$n" touch "$release"; done
 st=$(wait_job_end "$c" 120)
 wait "${holders[@]}"
 [ "$st" = COMPLETED ] || fail "(c) job $c ended $st: $(cat "$MINICLUSTER_SHARED/$tok.held.out")"
