@@ -137,9 +137,9 @@ kill_at_io() {
 }
 
 # The first engine pid of a staging to or from @2 (engine_pids) on node @1,
-# waiting up to 30 s for it to appear; "" when none did.
+# waiting up to @3 seconds (default 30) for it to appear; "" when none did.
 wait_engine_pid() {
-    local pid="" end=$((SECONDS + 30))
+    local pid="" end=$((SECONDS + ${3:-30}))
     while [ "$SECONDS" -le "$end" ]; do
         pid=$(engine_pids "$1" "$2" | head -1)
         [ -n "$pid" ] && break
@@ -182,8 +182,26 @@ node_md5() {
     on_node "$1" sh -c "md5sum '$2' 2>/dev/null | cut -d' ' -f1"
 }
 
-# Make a user-owned source of @2 MiB at @1 that takes seconds to stage:
-# mostly a hole (cheap to create) with 1 MiB of random data at its start.
+# shape_links ARGS: `minicluster shape ARGS` for this test, so that a copy
+# lasts a known time (size / rate) however fast or loaded the host is: a
+# window in which a test acts on a running copy is then certain. A chain runs
+# at the pace of its slowest link, so shaping one node (--node nX) slows the
+# whole copy. shape_clear (in fault_test_cleanup, or a test's own trap)
+# undoes it.
+shape_links() {
+    "$MINICLUSTER" shape "$@" >/dev/null || return 1
+    shaped=1
+}
+shape_clear() {
+    [ -z "${shaped:-}" ] || "$MINICLUSTER" shape --clear >/dev/null
+    shaped=""
+}
+
+# Make a user-owned source of @2 MiB at @1, mostly a hole (cheap to create)
+# with 1 MiB of random data at its start. The engine sends the hole as data,
+# but over unshaped links a host with idle cores copies a GiB in a second or
+# two: a test that must act while the copy runs shapes the links too
+# (shape_links).
 make_slow_source() {
     as_user sh -c "truncate -s $2M '$1' && head -c 1048576 /dev/urandom | dd of='$1' conv=notrunc status=none"
 }
@@ -215,6 +233,7 @@ fault_test_files() {
 fault_test_cleanup() {
     local j n
     [ -z "${thaw_node:-}" ] || "$MINICLUSTER" thaw "$thaw_node" 2>/dev/null
+    shape_clear
     [ -z "${held_node:-}" ] || "$MINICLUSTER" release-rpcs
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out" "$MINICLUSTER_SHARED/$tok".*

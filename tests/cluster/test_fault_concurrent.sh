@@ -18,10 +18,11 @@ tok=fconc$$
 tag=fault-conc.$$
 dst=/nvme/$tok/img
 src=$MINICLUSTER_SHARED/$tok.img
+release=/tmp/$tok.release # (c): lets the lock holders go, in each node's own /tmp
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$MINICLUSTER_SHARED"/"$tok".*.out
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok" "$release"; done
 }
 trap cleanup EXIT
 make_user_file "$src" 64 || fail "cannot create $src"
@@ -73,15 +74,32 @@ for j in "${ids[@]}" "$a" "$b"; do assert_runtime_gone "$j"; done
 assert_no_drain
 echo "ok: (b) eight jobs with DST current: all no-ops ($((SECONDS - t0)) s for all)"
 
-# (c) another run holds DST's lock on every node for 5 s (here flock(1) as the
-# user, with a temp file named as a copying run names its own): the job waits,
-# then copies, and its summary says how long it waited and for whom.
+# (c) another run holds DST's lock on every node (here flock(1) as the user,
+# with a temp file named as a copying run names its own) until the job's
+# engine on that node has waited for it for 2 s: the job waits, then copies,
+# and its summary says how long it waited and for whom. The engine tries the
+# lock (and goes on trying) once it has opened DST's directory
+# (sh_dest_lock_all); a watcher inside each node (root: the engine, which
+# changed its credentials, is not dumpable) sees that and lets the holder go.
+# (A lock held for a fixed time could be let go before a job that started
+# late on a loaded host tried it.) Holders and watchers give up after about
+# 120 s.
 dst2=/nvme/$tok/img2
 held=/nvme/$tok/.img2.stage.424242.elsewhere.1.tmp
 holders=()
 for n in $MINICLUSTER_NODES; do
-    on_node_as_user "$n" flock -x "/nvme/$tok/.img2.lock" \
-        sh -c "touch $held; sleep 5; rm -f $held" &
+    on_node_as_user "$n" flock -x "/nvme/$tok/.img2.lock" sh -c '
+        touch "$1"
+        for _ in $(seq 1 1200); do [ -e "$2" ] && break; sleep 0.1; done
+        rm -f "$1"' sh "$held" "$release" &
+    holders+=("$!")
+    on_node "$n" sh -c '
+        for _ in $(seq 1 1200); do
+            for p in $(pgrep --ns $$ --nslist net -u "$1" -x stagehand-bcast); do
+                ls -l "/proc/$p/fd" 2>/dev/null | grep -q " $2\$" && { sleep 2; touch "$3"; exit 0; }
+            done
+            sleep 0.1
+        done' sh "$MINICLUSTER_USER" "/nvme/$tok" "$release" &
     holders+=("$!")
 done
 for n in $MINICLUSTER_NODES; do

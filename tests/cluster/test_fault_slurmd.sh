@@ -28,12 +28,13 @@ src=$MINICLUSTER_SHARED/$tok.img
 out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
     "$MINICLUSTER" thaw "$late" 2>/dev/null
+    shape_clear
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
-make_slow_source "$src" 384 ||
+make_slow_source "$src" 128 ||
     fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 
@@ -66,7 +67,10 @@ outcome() {
     assert_no_drain
 }
 
-# (a) slurmd restarted during the transfer
+# (a) slurmd restarted during the transfer. Every link at 100 Mbit/s: the
+# copy lasts some 12 s however fast or loaded the host is (unshaped, the
+# sparse image could be copied between two polls for its temp files).
+shape_links --link 100mbit || fail "cannot shape the links"
 id=$(submit) || fail "sbatch: $id"
 for _ in $(seq 1 300); do
     [ -n "$(temp_files_in "/nvme/$tok")" ] && break
@@ -75,6 +79,7 @@ done
 [ -n "$(temp_files_in "/nvme/$tok")" ] || fail "(a) the transfer did not start: $(cat "$out")"
 "$MINICLUSTER" restart-slurmd "$victim" >/dev/null || fail "cannot restart slurmd on $victim"
 outcome "$id" "(a) slurmd restarted on $victim" "$victim"
+shape_clear
 for n in $MINICLUSTER_NODES; do on_node "$n" rm -f "$dst"; done
 
 # (b) one node's prolog 6 s late

@@ -16,8 +16,13 @@ source "$(dirname "$0")/faultlib.sh"
 
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 fault_test_files twait stage-task-wait
-make_slow_source "$src" 1024 || fail "cannot create $src"
+make_slow_source "$src" 160 || fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
+# Every link at 100 Mbit/s: a copy lasts some 15 s however fast or loaded the
+# host is, the window in which (a) looks at the job and (b) kills a staging
+# process. Unshaped, the sparse image could be copied between two polls, and
+# the staging process's record was gone (it ends once its status is written).
+shape_links --link 100mbit || fail "cannot shape the links"
 
 submit() {
     rm -f "$out"
@@ -39,7 +44,10 @@ staging_started || fail "the transfer did not start: $(cat "$out" 2>/dev/null)"
 st=$(squeue -h -j "$id" -o %T)
 [ "$st" = RUNNING ] || fail "job $id is $st while its nodes stage (want RUNNING: the prolog has ended)"
 ! grep -q script-ran "$out" 2>/dev/null || fail "the script started before the staging ended"
-waiting=$(named_pids n1 stagehand-wait)
+# this job's (scontrol listpids, from n1's slurmd): another job's task may
+# wait on n1 too, and end before it is looked at
+waiting=$(on_node n1 scontrol listpids "$id" 2>/dev/null | awk 'NR > 1 {print $1}' |
+    grep -xF -f - <(named_pids n1 stagehand-wait) || true)
 [ -n "$waiting" ] || fail "no task named stagehand-wait on n1 while it stages"
 [ "$(on_node n1 stat -c %U "/proc/$(echo "$waiting" | head -1)")" = root ] ||
     fail "the waiting task is not root's (task_init_privileged runs as root)"
@@ -55,7 +63,12 @@ id=$(submit) || fail "sbatch: $id"
 staging_started || fail "the transfer did not start: $(cat "$out" 2>/dev/null)"
 sp=$(on_node n1 cat "/run/stagehand/$id.agent" 2>/dev/null | cut -d' ' -f1)
 [ -n "$sp" ] || fail "n1: no staging process recorded in /run/stagehand/$id.agent"
-on_node n1 sh -c "pkill -9 -P $sp stagehand-agent; kill -9 $sp" || fail "n1: cannot kill staging process $sp"
+# The staging process first, then its agent: killed the other way round, the
+# staging process could see its agent end (killed by signal 9) and write that
+# as the node's status before its own kill, and the job would fail for the
+# agent instead.
+on_node n1 sh -c "a=\$(pgrep -P $sp -x stagehand-agent); kill -9 $sp || exit 1; kill -9 \$a 2>/dev/null; exit 0" ||
+    fail "n1: cannot kill staging process $sp"
 st=$(wait_job_end "$id" 120)
 [ "$st" = FAILED ] || fail "job $id ended $st after its staging process was killed: $(cat "$out")"
 grep -q "job $id has no staging status on this node: its staging process ended without writing one" "$out" ||
@@ -65,6 +78,7 @@ grep -q "job $id has no staging status on this node: its staging process ended w
 assert_stopped_staging_clean "$id" "$want" "the staging process was killed"
 echo "ok: staging process killed: the job failed saying so, no partial DST, no temp file, no drain"
 
+shape_clear
 id=$(submit) || fail "sbatch: $id"
 st=$(wait_job_end "$id" 120)
 [ "$st" = COMPLETED ] || fail "job $id ended $st: $(cat "$out")"

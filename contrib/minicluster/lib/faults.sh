@@ -68,18 +68,25 @@ cmd_release_rpcs() {
 
 rate_ok() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?([kKmMgG]?(bit|bps))$ ]]; }
 
+# shape [--storage RATE] [--link RATE [--node nX]...] | --clear: every
+# node link (or only those of the nodes given with --node) limited to RATE
+# each way; any earlier shaping is cleared first.
 cmd_shape() {
     load_state
     [ -f "$STATE/up" ] || die "shape: the cluster is not up"
-    local storage="" link="" clear=0
+    local storage="" link="" clear=0 only=()
     while [ $# -gt 0 ]; do
         case "$1" in
             --storage) storage=${2:?}; shift 2 ;;
             --link) link=${2:?}; shift 2 ;;
+            --node)
+                [[ " ${NODES[*]} " == *" ${2:?} "* ]] || die "shape: --node '$2' is not a node of this cluster"
+                only+=("$2"); shift 2 ;;
             --clear) clear=1; shift ;;
             *) die "shape: unknown argument '$1'" ;;
         esac
     done
+    [ -n "$link" ] || [ ${#only[@]} -eq 0 ] || die "shape: --node needs --link"
     local hosts=("${NODES[@]}")
     [ -e /run/netns/"$NAME"-st ] && hosts+=(st)
     for h in "${hosts[@]}"; do
@@ -90,7 +97,8 @@ cmd_shape() {
     [ "$clear" = 1 ] && { log "shape: cleared"; return 0; }
     if [ -n "$link" ]; then
         rate_ok "$link" || die "shape: --link '$link' is not a tc rate (e.g. 1gbit, 500mbit, 100mbps)"
-        for n in "${NODES[@]}"; do
+        [ ${#only[@]} -gt 0 ] || only=("${NODES[@]}")
+        for n in "${only[@]}"; do
             tc -n "$NAME-$n" qdisc add dev eth0 root tbf rate "$link" burst 256kb latency 50ms
             tc qdisc add dev "${NAME}v-$n" root tbf rate "$link" burst 256kb latency 50ms
         done
@@ -100,5 +108,5 @@ cmd_shape() {
         [ -e /run/netns/"$NAME"-st ] || die "shape: --storage needs 'up --shared sshfs' (no storage host)"
         tc -n "$NAME"-st qdisc add dev eth0 root tbf rate "$storage" burst 256kb latency 50ms
     fi
-    log "shape: storage=${storage:-unlimited} link=${link:-unlimited}"
+    log "shape: storage=${storage:-unlimited} link=${link:-unlimited}${link:+ (${only[*]})}"
 }
