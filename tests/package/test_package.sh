@@ -66,6 +66,9 @@ esac
 # One build directory per stack: tests/run.sh runs both stacks' tests at once.
 out=$top/build-pkg
 [ "$stack" = bookworm ] || out=$top/build-pkg-$stack
+# The steps write their logs beside the package (a node's copy of both may
+# be outside this tree: run_steps).
+[ -z "$steps" ] || out=${deb%/*}
 [ "$(id -u)" = 0 ] || { echo "test_package.sh: must run as root" >&2; exit 2; }
 command -v dpkg >/dev/null || { echo "test_package.sh: needs a Debian system" >&2; exit 2; }
 export DEBIAN_FRONTEND=noninteractive
@@ -339,8 +342,14 @@ in_root() {
 # ok/FAIL lines count here (labelled with TARGET unless it is the host).
 # True when the steps ended and none failed.
 run_steps() {
-    local t=$1 s=$2 lbl="" line count=""
+    local t=$1 s=$2 lbl="" line count="" me=$self pkgfile=$deb
     [ "$t" = host ] || lbl=$t
+    case "$t" in
+        host | view | login) ;;
+        *) if [ -n "$node_copy" ]; then
+               me=$node_copy/${self##*/} pkgfile=$node_copy/${deb##*/}
+           fi ;;
+    esac
     while IFS= read -r line; do
         case "$line" in
             "ok: "*) ok "${lbl:+$lbl: }${line#ok: }" ;;
@@ -348,7 +357,7 @@ run_steps() {
             *[0-9]" passed, "*[0-9]" failed") count=$line ;;
             *) echo "$line" ;;
         esac
-    done < <(run_on "$t" bash "$self" --stack "$stack" --steps "$lbl" "$s" "$deb" 2>&1 || true)
+    done < <(run_on "$t" bash "$me" --stack "$stack" --steps "$lbl" "$s" "$pkgfile" 2>&1 || true)
     if [ -z "$count" ]; then
         bad "${lbl:-host}: the steps $s ended early"
         return 1
@@ -380,6 +389,7 @@ install_on() {
 # ---- the test cluster ---------------------------------------------------------
 mc_changed=0
 mc_was_up=0
+node_copy=""
 mc_plugin_before=
 mc_stack_before=
 mc_shape=()
@@ -500,6 +510,10 @@ finish() {
         for t in "${installed[@]}"; do run_steps "$t" purge || true; done
     fi
     if [ "$mc_changed" = 1 ]; then restore_cluster; fi
+    if [ -n "$node_copy" ]; then
+        cp "$node_copy"/*.log "$out/" 2>/dev/null || true
+        rm -rf "$node_copy"
+    fi
     echo "$passed passed, $failed failed"
     if [ "$failed" -gt 0 ] && [ "$rc" = 0 ]; then rc=1; fi
     exit "$rc"
@@ -599,6 +613,14 @@ else
     run_on login test -f "$self" ||
         die "the cluster's views do not show $top: bring it up with $mc"
     read -ra nodes <<<"$MINICLUSTER_NODES"
+    # A node's view has a /tmp of its own: a tree checked out under /tmp is
+    # not in it. The nodes' steps then run from a copy of this script and
+    # the package in the cluster's shared directory (removed by finish).
+    if ! run_on "${nodes[0]}" test -f "$self"; then
+        { node_copy=$(mktemp -d "$MINICLUSTER_SHARED/pkgtest.XXXXXX") &&
+            cp "$self" "$deb" "$node_copy/" && chmod -R a+rX "$node_copy"; } ||
+            die "cannot copy the script and the package to $MINICLUSTER_SHARED"
+    fi
     install_on login check
     for n in "${nodes[@]}"; do install_on "$n"; done
 fi
