@@ -12,9 +12,14 @@ read -r _ victim _ <<<"$MINICLUSTER_NODES"
 as_user truncate -s 1G "$src" || fail "cannot create $src"
 
 start=$(date +%s)
-# small segments and a shallow ring keep the transfer going for a while
+# small segments and a shallow ring keep the transfer going for a while. A
+# survivor must leave before Slurm kills the step (SIGKILL, no clean-up) at
+# KillWait (5 s) + 2 s after a task's death: on Open MPI 5 a rank that only
+# sends to the dead one may see no MPI error, so its stall limit (5 s of no
+# progress, the documented way survivors stop) ends it first.
 as_user srun --mpi=pmix -N"$k" --ntasks-per-node=1 "$engine" --source "$src" \
-    --dest "$dst" --segment-size=256K --pipeline-depth=2 --timeout=10s >"$errf" 2>&1 &
+    --dest "$dst" --segment-size=256K --pipeline-depth=2 --timeout=10s \
+    --stall-timeout=5s >"$errf" 2>&1 &
 srun_pid=$!
 
 # The temp name carries host and pid: .img.stage.<job>.<host>.<pid>.tmp
