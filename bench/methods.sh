@@ -321,6 +321,9 @@ write_node_import() { # path
 # bench/run.sh --registry: one node imports REF into DST on its own
 set -eu
 imp=$1 ref=$2 dst=$3
+# the importer's environment as stagehand gives it: no XDG_RUNTIME_DIR (a
+# login's lives on the login's host), temporary files beside DST
+unset XDG_RUNTIME_DIR
 TMPDIR=$(mktemp -d "$(dirname "$dst")/.import.XXXXXX")
 export TMPDIR
 trap 'chmod -R u+rwX "$TMPDIR" 2>/dev/null; rm -rf "$TMPDIR"' EXIT

@@ -15,10 +15,9 @@
 #            the same job without the option ("nooption"), at the largest and
 #            the smallest N
 #
-# (and with --registry a registry image's job start, below)
-#
 # and for every run the bytes the storage host read (rchar of its sftp server
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
+# --fabric and --registry (below) are regimes of their own.
 #
 #   bench/run.sh [--smoke | --fabric | --registry] [--stack bookworm|trixie] [--sizes "256 1024"]
 #                [--nodes "2 4 8"] [--reps 3] [--noop-reps 7] [--baseline-reps N]
@@ -215,7 +214,12 @@ cleanup() {
     if [ -n "${scratch:-}" ]; then rm -rf "$scratch"; fi
     rm -f /dev/shm/stagehand-bench.prime
     if [ -n "${alloc:-}" ]; then scancel "$alloc" 2>/dev/null; fi
-    if [ "$keep" = 0 ]; then "$mc" down >/dev/null 2>&1; fi
+    if [ "$keep" = 0 ]; then
+        "$mc" down >/dev/null 2>&1
+        # --registry: the pushed image (the registry keeps its data across
+        # restarts; each run pushes a new one)
+        if [ "$registry" = 1 ] && [ -n "${STATE:-}" ]; then rm -rf "$STATE/registry/data"; fi
+    fi
     exit $rc
 }
 trap cleanup EXIT
