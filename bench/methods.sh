@@ -336,10 +336,10 @@ SCRIPT
 
 run_registry_job() { # method nodes rep ref dst image_bytes (rep 0: warm-up, no row)
     local m=$1 n=$2 rep=$3 ref=$4 dst=$5 ib=$6 off first job prolog ok clients bytes
-    # back what the nodes' /nvme will take: every-node holds the blobs, the
-    # unpacked root and the image on every node; stagehand on node 0, and
-    # the image on the others
-    if [ "$m" = stagehand ]; then clean_dst $(((n + 2) * ib)); else clean_dst $((3 * n * ib)); fi
+    # back N images' worth of host memory, as for the other methods (an
+    # import also holds the blobs and the unpacked root for a while: node 0
+    # with stagehand, every node with every-node)
+    clean_dst $((n * ib))
     mem_mark
     off=$(stat -c %s "$reglog")
     case "$m" in
