@@ -18,6 +18,12 @@ from fabric_report import fmt, med
 from report import load_calib, num
 
 
+def val(v):
+    """num(v), None for a missing or nan value (no agent time without stagehand)."""
+    x = num(v)
+    return None if x is None or x != x else x
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", required=True)
@@ -64,8 +70,8 @@ def main():
       "access log during the job; clients = the nodes that fetched a blob. The methods "
       "alternated per repetition after a warm-up staging.")
     p("")
-    p("| method | N | ok | median s | min s | max s | script start s (median) | bytes served (median) | bytes served / image | clients |")
-    p("|---|---|---|---|---|---|---|---|---|---|")
+    p("| method | N | ok | median s | min s | max s | script start s | agent s | bytes served | bytes served / image | clients | load1 | host CPU busy % |")
+    p("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     served = {}
     for n in nodes:
         for m in methods:
@@ -74,26 +80,37 @@ def main():
             secs = [v for v in (num(r["seconds"]) for r in ok) if v is not None]
             b = statistics.median(int(r["registry_bytes"]) for r in ok) if ok else None
             clients = sorted({r["registry_clients"] for r in ok})
-            served[m, n] = [int(r["registry_bytes"]) / image for r in ok]
+            served[m, n] = [int(r["registry_bytes"]) for r in ok]
             p(f"| {m} | {n} | {len(ok)}/{len(rs)} | {fmt(med(secs))} | "
               f"{fmt(min(secs) if secs else None)} | {fmt(max(secs) if secs else None)} | "
               f"{fmt(med(num(r['first_seconds']) for r in ok))} | "
+              f"{fmt(med(val(r['agent_seconds']) for r in ok))} | "
               f"{'-' if b is None else f'{b:.0f}'} | "
-              f"{'-' if b is None else f'{b / image:.3f}'} | {'/'.join(clients) or '-'} |")
+              f"{'-' if b is None else f'{b / image:.3f}'} | {'/'.join(clients) or '-'} | "
+              f"{fmt(med(num(r['load1']) for r in ok), 1)} | "
+              f"{fmt(med(num(r['host_cpu_busy_pct']) for r in ok), 0)} |")
+    p("")
+    p("script start = the job's start to its script's start (stagehand: the staging is "
+      "done); agent = stagehand's own staging time on node 0 (slurmd log: resolve, import, "
+      "broadcast); load1 = the host's 1-minute load average after the run (the run's own "
+      "processes and other work on the host), host CPU busy = % of the 2 cores busy during "
+      "it.")
     p("")
     if "stagehand" in methods:
         one = all(served.get(("stagehand", n)) and
-                  all(round(x, 2) == 1.00 for x in served["stagehand", n]) for n in nodes)
-        rng = [x for n in nodes for x in served.get(("stagehand", n), [])]
+                  all(round(x / image, 2) == 1.00 for x in served["stagehand", n])
+                  for n in nodes)
+        rng = [x - image for n in nodes for x in served.get(("stagehand", n), [])]
+        extra = f"{min(rng)}" if min(rng) == max(rng) else f"{min(rng)}-{max(rng)}"
         p(f"stagehand: registry bytes served {'=' if one else '!='} 1 × image at every N "
-          f"(every run: {min(rng):.4f}-{max(rng):.4f} × image; the rest over 1 is "
-          f"manifest requests, e.g. the resolver's)." if rng else "stagehand: no successful run.")
+          f"(every run served one pull plus {extra} bytes: the manifest "
+          f"fetched again, the resolver's request)." if rng else "stagehand: no successful run.")
         p("")
     p("On this host the nodes share 2 cores: the every-node imports run at once on the "
       "same cores (and against the same registry process), so its time grows with N "
       "mostly from CPU here. On a real cluster each node imports with its own CPUs, and "
       "the every-node time is bounded by the registry's egress and throttling for N pulls "
-      "(N x image bytes, the column above) instead; stagehand's is one import plus the "
+      "(N × image bytes, the column above) instead; stagehand's is one import plus the "
       "broadcast at every N.")
     text = "\n".join(out) + "\n"
     with open(a.out, "w") as f:
