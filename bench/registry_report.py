@@ -9,13 +9,10 @@ the registry's bytes served per job.
 Times are over the repetitions that succeeded; bytes served are the median
 over them, as a multiple of one pull of the image (manifest, config and
 layers as the registry serves them)."""
-import argparse
-import csv
 import statistics
-import sys
 
 from fabric_report import fmt, med
-from report import load_calib, num
+from report import load_run, num, run_heading, write_text
 
 
 def val(v):
@@ -25,30 +22,17 @@ def val(v):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--csv", required=True)
-    ap.add_argument("--calib", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    calib = load_calib(a.calib)
-    rows = list(csv.DictReader(open(a.csv)))
-    if not rows:
-        sys.exit("registry_report.py: no rows in " + a.csv)
+    calib, rows, out_path = load_run("registry_report.py")
     methods = list(dict.fromkeys(r["method"] for r in rows))
     nodes = sorted({int(r["nodes"]) for r in rows})
     image = int(rows[0]["image_bytes"])
-    out = []
+    out = run_heading("Registry-image benchmark", calib)
     p = out.append
-    p(f"# Registry-image benchmark: {calib.get('stack', '?')}, "
-      f"{calib.get('date_start', '?')}")
-    p("")
-    p(f"Slurm {calib.get('slurm_version', '?')}, Open MPI "
-      f"{calib.get('openmpi_version', '?')}, PMIx {calib.get('pmix_version', '?')}; "
-      f"{calib.get('host_cpus', '?')} host CPUs shared by every node and the registry; "
-      f"links unshaped (raw TCP n1->n2 {calib.get('link_raw_MBps', '?')} MB/s, a chain "
-      f"over {calib.get('chain_raw_nodes', '?')} nodes {calib.get('chain_raw_MBps', '?')} "
-      f"MB/s); load average (uptime) at start {calib.get('load_start', '?')}, at end "
-      f"{calib.get('load_end', '?')}.")
+    out[-1] += (" shared by every node and the registry; "
+        f"links unshaped (raw TCP n1->n2 {calib.get('link_raw_MBps', '?')} MB/s, a chain "
+        f"over {calib.get('chain_raw_nodes', '?')} nodes {calib.get('chain_raw_MBps', '?')} "
+        f"MB/s); load average (uptime) at start {calib.get('load_start', '?')}, at end "
+        f"{calib.get('load_end', '?')}.")
     p("")
     p(f"Image: `{calib.get('image_ref', '?')}` on the cluster's registry (Debian's "
       f"docker-registry on the storage host, plain HTTP; `minicluster registry push`), "
@@ -112,10 +96,7 @@ def main():
       "the every-node time is bounded by the registry's egress and throttling for N pulls "
       "(N × image bytes, the column above) instead; stagehand's is one import plus the "
       "broadcast at every N.")
-    text = "\n".join(out) + "\n"
-    with open(a.out, "w") as f:
-        f.write(text)
-    sys.stdout.write(text)
+    write_text(out, out_path)
 
 
 if __name__ == "__main__":

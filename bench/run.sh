@@ -510,19 +510,16 @@ EOF
     echo "smoke: ok, stack $stack: Slurm $v_slurm, Open MPI $v_ompi, PMIx $v_pmix ($(($(date +%s) - t_start)) s)"
     exit 0
 fi
-if [ "$registry" = 1 ]; then
-    cp "$calib" "${rcsv%.csv}.calib"
-    python3 "$top/bench/registry_report.py" --csv "$rcsv" --calib "$calib" --out "${rcsv%.csv}.md"
+# A regime's results (--fabric, --registry): its calibration and report
+# beside its CSV; the scratch --out of the calibration goes.
+regime_report() { # csv report-script
+    cp "$calib" "${1%.csv}.calib"
+    python3 "$top/bench/$2" --csv "$1" --calib "$calib" --out "${1%.csv}.md"
     rm -rf "$out"
-    say "results: ${rcsv%.csv}.md, $rcsv ($(($(date +%s) - t_start)) s)"
+    say "results: ${1%.csv}.md, $1 ($(($(date +%s) - t_start)) s)"
     exit 0
-fi
-if [ "$fabric" = 1 ]; then
-    cp "$calib" "${fcsv%.csv}.calib"
-    python3 "$top/bench/fabric_report.py" --csv "$fcsv" --calib "$calib" --out "${fcsv%.csv}.md"
-    rm -rf "$out"
-    say "results: ${fcsv%.csv}.md, $fcsv ($(($(date +%s) - t_start)) s)"
-    exit 0
-fi
+}
+if [ "$registry" = 1 ]; then regime_report "$rcsv" registry_report.py; fi
+if [ "$fabric" = 1 ]; then regime_report "$fcsv" fabric_report.py; fi
 python3 "$top/bench/report.py" --csv "$csv" --calib "$calib" --out "$out"
 say "results: $out/latest.md, latest.csv, latest.png ($(($(date +%s) - t_start)) s)"
