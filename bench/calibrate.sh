@@ -132,7 +132,7 @@ limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
     echo "  host speed       /bin/true $probe_exec ms, first touch of a 4 KiB page $probe_fault us"
     echo "  physical limit   S / min(storage, link, local write) = S / $limit_rate MB/s"
 } | tee "$out/latest.calib.txt" >&2
-if [ "$fabric" = 0 ] && under95 "$B_chain" "$B_link"; then
+if [ "$link" != unshaped ] && under95 "$B_chain" "$B_link"; then
     say "WARNING: the raw chain reaches only $B_chain of $B_link MB/s: the CPUs limit at this link rate (use a lower --link and --storage)"
 fi
 fi

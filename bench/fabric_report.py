@@ -11,12 +11,9 @@ the engine's total (start-up to publish), the MPI_Bcast loop's time. The
 chain is compared with bcast and cp on wall time, with the in-memory
 MPI_Bcast loop on its transfer phase (both move S through MPI; the chain
 also reads SRC and writes DST)."""
-import argparse
-import csv
 import statistics
-import sys
 
-from report import load_calib
+from report import load_run, run_heading, write_text
 
 GIB = 1 << 30
 
@@ -38,15 +35,7 @@ def fmt(v, d=2):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--csv", required=True)
-    ap.add_argument("--calib", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    calib = load_calib(a.calib)
-    rows = list(csv.DictReader(open(a.csv)))
-    if not rows:
-        sys.exit("fabric_report.py: no rows in " + a.csv)
+    calib, rows, out_path = load_run("fabric_report.py")
     methods = list(dict.fromkeys(r["method"] for r in rows))
     nodes = sorted({int(r["nodes"]) for r in rows})
     size = int(rows[0]["size_mib"])
@@ -68,19 +57,14 @@ def main():
                 "cpu_split": [med(num(r.get(k) or "-") for r in ok)
                               for k in ("cpu_write", "cpu_read")],
             }
-    out = []
+    out = run_heading("Fast-fabric benchmark", calib)
     p = out.append
-    p(f"# Fast-fabric benchmark: {calib.get('stack', '?')}, "
-      f"{calib.get('date_start', '?')}")
-    p("")
-    p(f"Slurm {calib.get('slurm_version', '?')}, Open MPI "
-      f"{calib.get('openmpi_version', '?')}, PMIx {calib.get('pmix_version', '?')}; "
-      f"{calib.get('host_cpus', '?')} host CPUs shared by every node; links unshaped; "
-      f"S = {size} MiB; load average (uptime) at start {calib.get('load_start', '?')}, "
-      f"at end {calib.get('load_end', '?')}; the host is shared with other work, so "
-      f"the numbers are noisy. Raw TCP without MPI: n1->n2 "
-      f"{calib.get('link_raw_MBps', '?')} MB/s, a chain over "
-      f"{calib.get('chain_raw_nodes', '?')} nodes {calib.get('chain_raw_MBps', '?')} MB/s.")
+    out[-1] += (" shared by every node; links unshaped; "
+        f"S = {size} MiB; load average (uptime) at start {calib.get('load_start', '?')}, "
+        f"at end {calib.get('load_end', '?')}; the host is shared with other work, so "
+        f"the numbers are noisy. Raw TCP without MPI: n1->n2 "
+        f"{calib.get('link_raw_MBps', '?')} MB/s, a chain over "
+        f"{calib.get('chain_raw_nodes', '?')} nodes {calib.get('chain_raw_MBps', '?')} MB/s.")
     p("")
     p("Methods: chain-ob1 and chain-ucx are stagehand-bcast --algorithm=chain over "
       "Open MPI's ob1/TCP and over UCX (UCX's TCP transport); bcast-ob1 is "
@@ -133,10 +117,7 @@ def main():
                 p(verdict(n, chain, other, "wall", "wall", slack))
         if (n, "chain-ucx") in stat:
             p(verdict(n, "chain-ucx", chain, "wall", "wall", 0.0))
-    text = "\n".join(out) + "\n"
-    with open(a.out, "w") as f:
-        f.write(text)
-    sys.stdout.write(text)
+    write_text(out, out_path)
 
 
 if __name__ == "__main__":

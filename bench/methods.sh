@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # The methods bench/run.sh measures, sourced by it: one function per method
-# (run_plugin, run_engine, run_sbcast, run_cp, run_noop, and for --fabric
-# run_mpibcast), each one run that appends a CSV row. Uses run.sh's variables
-# and helpers (mc, engine, alloc, scratch, STATE, clean_dst, mem_mark, row,
-# ...).
+# (run_plugin, run_engine, run_sbcast, run_cp, run_noop; for --fabric
+# run_fabric_*, for --registry run_registry_job), each one run that appends
+# a CSV row. Uses run.sh's variables and helpers (mc, engine, alloc,
+# scratch, STATE, clean_dst, mem_mark, row, ...).
 # shellcheck disable=SC2154  # run.sh's variables
 
 alloc=""
@@ -89,12 +89,13 @@ wait_settled() {
     done
 }
 
-# One batch job on n[1-N]: "date; srun true; date". With $4 = 1 it asks for
-# staging. Prints "first job prolog ok": seconds from the job's start (the
-# allocation, when the prolog starts) to the job script's start, i.e. the
-# first step, and to the end of its first srun step; the agent's staging time.
-batch_job() { # nodes src dst with_option(0/1)
-    local n=$1 src=$2 dst=$3 opt=$4 id t0 st first job prolog ok=1 i ms
+# One batch job on n[1-N]: "date; srun STEP; date", STEP $5 (default true;
+# words, no quoting) on every node. With $4 = 1 it asks for staging. Prints
+# "first job prolog ok": seconds from the job's start (the allocation, when
+# the prolog starts) to the job script's start, i.e. the first step, and to
+# the end of its first srun step; the agent's staging time.
+batch_job() { # nodes src dst with_option(0/1) [step]
+    local n=$1 src=$2 dst=$3 opt=$4 step=${5:-true} id t0 st first job prolog ok=1 i ms
     local args=(-N"$n" -w "n[1-$n]" -t 30 -J bench-job -o "/tmp/bench-job-%j.out")
     [ "$opt" = 1 ] && args+=(--stage-image="$src:$dst")
     wait_settled
@@ -103,7 +104,7 @@ batch_job() { # nodes src dst with_option(0/1)
     logoff=$(stat -c %s "$log" 2>/dev/null || echo 0)
     # shellcheck disable=SC2016
     id=$(as_user sbatch --parsable "${args[@]}" \
-        --wrap 'date +%s.%N; srun -N'"$n"' --ntasks-per-node=1 true; date +%s.%N') || { echo "nan nan nan 0"; return; }
+        --wrap 'date +%s.%N; srun -N'"$n"' --ntasks-per-node=1 '"$step"'; date +%s.%N') || { echo "nan nan nan 0"; return; }
     # Look at the job after 0.1 s, then doubling up to every 2 s. Every look
     # runs squeue: 18 ms of CPU on this host (a process start, and an RPC
     # that slurmctld answers), on the same 2 cores as the job. Looking every
@@ -269,5 +270,119 @@ run_fabric() { # size src dst
         done
         scancel "$alloc"
         alloc=""
+    done
+}
+
+# ------------------------------------------------------------ --registry --
+# Job start for a registry image (issue 36 item 6), rows to $rcsv: stagehand
+# (sbatch --stage-image=docker://REF:DST: node 0 resolves the tag and runs
+# the site's importer once, the broadcast delivers the image) against
+# "every-node", a job whose first step runs on every node what node 0 runs
+# in stagehand: the shipped resolver, then the shipped importer into the
+# node's own /nvme (the way a job imports when each node pulls the image
+# itself). Both are timed from the job's start to the end of its first step
+# (stagehand: srun true once the prolog has staged; every-node: the import
+# step), when every node holds the image.
+
+reglog=""
+# "CLIENTS BYTES" since byte offset $1 of the registry's access log: the
+# nodes that fetched a blob, and the body bytes of every GET it answered
+# (manifests, configs, layers: what the registry served).
+reg_served() {
+    tail -c +"$(($1 + 1))" "$reglog" | awk '$1 ~ /^[0-9.]+$/ && $2 == "-" && $3 == "-" && $6 == "\"GET" {
+        b += $10; if ($7 ~ /\/blobs\//) c[$1] = 1 }
+        END { n = 0; for (k in c) n++; printf "%d %.0f\n", n, b }'
+}
+
+# "BYTES LAYERS" of one pull of REF: its manifest, config and layers as the
+# registry serves them (skopeo inspect --raw: the manifest's own bytes and
+# the sizes it lists).
+image_bytes() { # REF
+    skopeo inspect --raw --tls-verify=false "docker://$1" | python3 -c 'import json, sys
+raw = sys.stdin.buffer.read()
+m = json.loads(raw)
+print(len(raw) + m["config"]["size"] + sum(l["size"] for l in m["layers"]), len(m["layers"]))'
+}
+
+# Every node 1..$1 holds a Squashfs image at $2 (its magic).
+squashfs_on() { # nodes path
+    local i
+    for ((i = 1; i <= $1; i++)); do
+        [ "$("$mc" exec "n$i" -- head -c 4 "$2" 2>/dev/null)" = hsqs ] || return 1
+    done
+}
+
+# The script a node runs to import REF (REGISTRY/REPO:TAG) into DST on its
+# own: resolve, import pinned to the digest in a private directory beside
+# DST (as stagehand runs the two on node 0), then rename.
+write_node_import() { # path
+    cat >"$1" <<'SCRIPT'
+#!/bin/sh
+# bench/run.sh --registry: one node imports REF into DST on its own
+set -eu
+imp=$1 ref=$2 dst=$3
+# the importer's environment as stagehand gives it: no XDG_RUNTIME_DIR (a
+# login's lives on the login's host), temporary files beside DST
+unset XDG_RUNTIME_DIR
+TMPDIR=$(mktemp -d "$(dirname "$dst")/.import.XXXXXX")
+export TMPDIR
+trap 'chmod -R u+rwX "$TMPDIR" 2>/dev/null; rm -rf "$TMPDIR"' EXIT
+digest=$("$imp" --insecure digest "$ref")
+"$imp" --insecure import "${ref%:*}@$digest" "$TMPDIR/image.sqsh"
+mv "$TMPDIR/image.sqsh" "$dst"
+SCRIPT
+    chmod 0755 "$1"
+}
+
+run_registry_job() { # method nodes rep ref dst image_bytes (rep 0: warm-up, no row)
+    local m=$1 n=$2 rep=$3 ref=$4 dst=$5 ib=$6 off first job prolog ok clients bytes
+    # back N images' worth of host memory, as for the other methods (an
+    # import also holds the blobs and the unpacked root for a while: node 0
+    # with stagehand, every node with every-node)
+    clean_dst $((n * ib))
+    mem_mark
+    off=$(stat -c %s "$reglog")
+    case "$m" in
+        stagehand) read -r first job prolog ok < <(batch_job "$n" "docker://$ref" "$dst" 1) ;;
+        every-node) read -r first job prolog ok < <(batch_job "$n" "" "" 0 "$STATE/bench/node-import.sh $importer $ref $dst") ;;
+        *) echo "bench/run.sh: unknown --registry method '$m' (stagehand, every-node)" >&2; exit 2 ;;
+    esac
+    read -r clients bytes < <(reg_served "$off")
+    [ "$ok" = 1 ] && { squashfs_on "$n" "$dst" || ok=0; }
+    [ "$ok" = 1 ] || say "$m N=$n failed (job output, staging or an image missing on a node)"
+    say "$m N=$n rep $rep: job start -> first step end $job s, registry served $bytes bytes" \
+        "($(awk -v b="$bytes" -v i="$ib" 'BEGIN { printf "%.3f", b / i }') x image) to $clients node(s); $(mem_note)"
+    [ "$rep" -gt 0 ] || return 0
+    echo "$ib,$m,$n,$rep,$job,$ok,$bytes,$clients,$first,$prolog,$(load1),$(mem_reported_mib),$(host_busy_pct)" >>"$rcsv"
+}
+
+# --registry for an image of SIZE MiB of data: seed the registry, a warm-up
+# staging at the largest N, then every method per repetition at each N.
+run_registry() { # size
+    local size=$1 ref ib layers t0 n rep m dst=/nvme/bench/img.sqsh
+    "$mc" registry start >/dev/null
+    [ "$("$mc" registry addr)" = "$reg_addr" ] || { echo "bench/run.sh: the registry is at $("$mc" registry addr), not $reg_addr" >&2; exit 1; }
+    reglog=$STATE/log/registry.log
+    write_node_import "$STATE/bench/node-import.sh"
+    ref=$reg_addr/bench/img:s$size
+    say "registry: building and pushing $ref ($size MiB of random data)"
+    t0=$(now)
+    "$mc" registry push "${ref#*/}" $((size << 10)) >/dev/null
+    read -r ib layers < <(image_bytes "$ref")
+    say "registry: pushed in $(sub "$t0" "$(now)") s: $ib bytes in $layers layers"
+    {
+        echo "image_ref=$ref"
+        echo "image_mib=$size"
+        echo "image_bytes=$ib"
+        echo "image_layers=$layers"
+        echo "push_seconds=$(sub "$t0" "$(now)")"
+    } >>"$calib"
+    say "warm-up: stagehand at N=$maxn (not recorded)"
+    run_registry_job stagehand "$maxn" 0 "$ref" "$dst" "$ib"
+    for n in $nodes; do
+        say "registry: N=$n: $methods (x$reps; load $(load1))"
+        for ((rep = 1; rep <= reps; rep++)); do
+            for m in $methods; do run_registry_job "$m" "$n" "$rep" "$ref" "$dst" "$ib"; done
+        done
     done
 }

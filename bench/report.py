@@ -8,6 +8,7 @@ import csv
 import os
 import statistics
 import subprocess
+import sys
 from collections import defaultdict
 
 METHODS = [
@@ -116,6 +117,39 @@ def load_calib(path):
     return c
 
 
+def load_run(prog):
+    """Read a report's --csv, --calib and --out arguments: (the calibration as
+    a dict, the CSV's rows as dicts, --out). Exits naming the CSV when it
+    holds no row."""
+    ap = argparse.ArgumentParser(prog=prog)
+    ap.add_argument("--csv", required=True)
+    ap.add_argument("--calib", required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    rows = list(csv.DictReader(open(a.csv)))
+    if not rows:
+        sys.exit(f"{prog}: no rows in {a.csv}")
+    return load_calib(a.calib), rows, a.out
+
+
+def run_heading(title, calib):
+    """The first lines of a regime's report: the title with the stack and the
+    start date, a blank line, and the start of the setting's sentence (the
+    stack's Slurm, Open MPI and PMIx versions and the host's CPUs)."""
+    return [f"# {title}: {calib.get('stack', '?')}, {calib.get('date_start', '?')}", "",
+            f"Slurm {calib.get('slurm_version', '?')}, Open MPI "
+            f"{calib.get('openmpi_version', '?')}, PMIx {calib.get('pmix_version', '?')}; "
+            f"{calib.get('host_cpus', '?')} host CPUs"]
+
+
+def write_text(lines, path):
+    """Write the report's lines to path and to standard output."""
+    text = "\n".join(lines) + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    sys.stdout.write(text)
+
+
 def num(x):
     try:
         return float(x)
@@ -124,16 +158,10 @@ def num(x):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--csv", required=True)
-    ap.add_argument("--calib", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    cal = load_calib(a.calib)
+    cal, rows, out_dir = load_run("report.py")
     # runs before --stack were on bookworm
     stack = cal.get("stack", "bookworm")
     on_2205 = stack == "bookworm"
-    rows = list(csv.DictReader(open(a.csv)))
 
     # (size MiB, method, N) -> list of (seconds, storage bytes, ok)
     runs = defaultdict(list)
@@ -444,13 +472,13 @@ def main():
     for t, ok, txt in targets:
         md.append(f"| {t} | {'yes' if ok else '**no**'} | {txt} |")
     md.append("")
-    open(os.path.join(a.out, "latest.md"), "w").write("\n".join(md) + "\n")
+    open(os.path.join(out_dir, "latest.md"), "w").write("\n".join(md) + "\n")
 
     # plot data: one block per method and size that has runs. gnuplot's
     # `index` counts only blocks with data (an empty one does not count), so
     # a method not run must get no block: with blocks for every method, a run
     # of fewer methods and two sizes plotted nothing for the second size.
-    dat = os.path.join(a.out, ".plot.dat")
+    dat = os.path.join(out_dir, ".plot.dat")
     block = {}
     with open(dat, "w") as f:
         for size in sizes:
@@ -466,7 +494,7 @@ def main():
                 f.write("\n\n")
     gp = [
         "set terminal pngcairo size 1400,560 font 'DejaVu Sans,10'",
-        f"set output '{os.path.join(a.out, 'latest.png')}'",
+        f"set output '{os.path.join(out_dir, 'latest.png')}'",
         f"set multiplot layout 1,{len(sizes)} title 'stagehand vs alternatives: "
         f"time to stage S to N nodes (link {cal['link_rate']}, storage {cal['storage_rate']}, "
         f"median and min-max of the runs)'",

@@ -17,8 +17,9 @@
 #
 # and for every run the bytes the storage host read (rchar of its sftp server
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
+# --fabric and --registry (below) are regimes of their own.
 #
-#   bench/run.sh [--smoke | --fabric] [--stack bookworm|trixie] [--sizes "256 1024"]
+#   bench/run.sh [--smoke | --fabric | --registry] [--stack bookworm|trixie] [--sizes "256 1024"]
 #                [--nodes "2 4 8"] [--reps 3] [--noop-reps 7] [--baseline-reps N]
 #                [--link RATE] [--storage RATE]
 #                [--methods "plugin chain bcast sbcast cp noop"]
@@ -46,6 +47,21 @@
 # memory copies into each node's tmpfs, not a fabric. It records the
 # engine's CPU seconds by role and writes fabric-<stack>-<date>.csv and .md
 # (bench/fabric_report.py) into --out.
+#
+# --registry: job start for a registry image (issue 36 item 6): the
+# cluster's own registry (minicluster registry, Debian's docker-registry on
+# the storage host, plain HTTP) seeded with one image of --sizes MiB of
+# random data (default 256; incompressible, so the image's blobs are that
+# large too), links unshaped, N = 2, 4, 8, --reps 3 by default, the methods
+# stagehand and every-node (--methods) alternating after a warm-up staging:
+# sbatch --stage-image=docker://... (node 0 resolves the tag and runs the
+# shipped importer once, the broadcast delivers the image), against a job
+# whose first step runs the same resolver and importer (stagehand-import) on
+# every node into its own /nvme. DST and every import are removed between
+# runs, so every run imports. It records the time from the job's start to
+# the end of its first step (the image is on every node by then) and the
+# registry's bytes served (its access log), and writes
+# registry-<stack>-<date>.csv and .md (bench/registry_report.py) into --out.
 #
 # --smoke: CI variant (32 MiB, N=2, one repetition of plugin and chain, no
 # report files); exits non-zero when a broadcast fails or stagehand's storage
@@ -80,7 +96,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 mc="$top/contrib/minicluster/minicluster"
 rootfs="$top/contrib/minicluster/rootfs"
 
-smoke=0 fabric=0 build=1 keep=0 stack=bookworm given_reps=0 given_methods=0 given_sizes=0
+smoke=0 fabric=0 registry=0 build=1 keep=0 stack=bookworm given_reps=0 given_methods=0 given_sizes=0
 sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
 link=400mbit storage=80mbps auto_rate=1 rate_steps=""
 methods="plugin chain bcast sbcast cp noop"
@@ -89,6 +105,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --smoke) smoke=1; shift ;;
         --fabric) fabric=1; shift ;;
+        --registry) registry=1; shift ;;
         --stack) stack=${2:?}; shift 2 ;;
         --sizes) sizes=${2:?}; given_sizes=1; shift 2 ;;
         --nodes) nodes=${2:?}; shift 2 ;;
@@ -117,8 +134,8 @@ export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-${d[2]}}
 export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-${d[3]}}
 build_dir=${BENCH_BUILD_DIR:-${d[4]}}
 shared=sshfs
+[ $((smoke + fabric + registry)) -le 1 ] || { echo "bench/run.sh: --smoke, --fabric and --registry exclude each other" >&2; exit 2; }
 if [ "$smoke" = 1 ]; then
-    [ "$fabric" = 0 ] || { echo "bench/run.sh: --smoke and --fabric exclude each other" >&2; exit 2; }
     sizes=32 nodes=2 reps=1 methods="plugin chain"
     out=$(mktemp -d /tmp/stagehand-smoke.XXXXXX)
 fi
@@ -132,6 +149,15 @@ if [ "$fabric" = 1 ]; then
     fabric_out=$out
     mkdir -p "$fabric_out"
     out=$(mktemp -d /tmp/stagehand-fabric.XXXXXX)
+fi
+if [ "$registry" = 1 ]; then
+    shared=bind auto_rate=0 link=unshaped storage=unshaped
+    [ "$given_sizes" = 1 ] || sizes=256
+    [ "$given_methods" = 1 ] || methods="stagehand every-node"
+    # results to --out as registry-STACK-DATE.*, the calibration's to scratch
+    registry_out=$out
+    mkdir -p "$registry_out"
+    out=$(mktemp -d /tmp/stagehand-registry.XXXXXX)
 fi
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: must run as root (minicluster)" >&2; exit 2; }
 base_reps=${base_reps:-$reps}
@@ -178,6 +204,9 @@ fi
 # twice the largest image (the temp file next to a current copy), and at
 # least the calibration's 256 MiB transfers (a smaller /nvme ran out of space)
 nvme_mib=$((maxs * 2 > 256 ? maxs * 2 + 128 : 384))
+# --registry: an import holds the image's blobs, its unpacked root and the
+# Squashfs image at once, next to DST
+[ "$registry" = 0 ] || nvme_mib=$((maxs * 4 + 128 > 384 ? maxs * 4 + 128 : 384))
 cleanup() {
     local rc=$?
     set +e
@@ -185,13 +214,25 @@ cleanup() {
     if [ -n "${scratch:-}" ]; then rm -rf "$scratch"; fi
     rm -f /dev/shm/stagehand-bench.prime
     if [ -n "${alloc:-}" ]; then scancel "$alloc" 2>/dev/null; fi
-    if [ "$keep" = 0 ]; then "$mc" down >/dev/null 2>&1; fi
+    if [ "$keep" = 0 ]; then
+        "$mc" down >/dev/null 2>&1
+        # --registry: the pushed image (the registry keeps its data across
+        # restarts; each run pushes a new one)
+        if [ "$registry" = 1 ] && [ -n "${STATE:-}" ]; then rm -rf "$STATE/registry/data"; fi
+    fi
     exit $rc
 }
 trap cleanup EXIT
 say "minicluster $MINICLUSTER_NAME (stack $stack): $maxn nodes, shared=$shared at $MINICLUSTER_SHARED, net $MINICLUSTER_NET.0/24"
 # a fresh instance: slurmd loads the plugin (and decides about prologs) at start
 "$mc" down >/dev/null 2>&1 || true
+importer="$STAGEHAND_PREFIX/libexec/stagehand-import"
+if [ "$registry" = 1 ]; then
+    # the cluster's registry (minicluster registry addr: the storage host,
+    # port 5000) allowed, and the shipped resolver and importer over plain HTTP
+    reg_addr=$MINICLUSTER_NET.2:5000
+    export MINICLUSTER_PLUGIN_ARGS="allowed_registries=$reg_addr resolver=$importer,--insecure,digest,%r importer=$importer,--insecure,import,%r,%o"
+fi
 "$mc" up --nodes "$maxn" --shared "$shared" --nvme-size "${nvme_mib}m" --stack "$stack" >/dev/null
 eval "$("$mc" env)"
 STATE=$MINICLUSTER_STATE
@@ -207,7 +248,7 @@ pkg_version() {
 }
 v_slurm=$(pkg_version slurmd) v_ompi=$(pkg_version openmpi-bin) v_pmix=$(pkg_version libpmix-dev)
 say "stack $stack: Slurm ${v_slurm:-?}, Open MPI ${v_ompi:-?}, PMIx ${v_pmix:-?}"
-if [ "$fabric" = 0 ]; then "$mc" shape --storage "$storage" --link "$link" 2>/dev/null; fi
+if [ "$fabric" = 0 ] && [ "$registry" = 0 ]; then "$mc" shape --storage "$storage" --link "$link" 2>/dev/null; fi
 # What the nodes run comes from a directory they see (the instance's state
 # directory), not from the checkout: a node has its own /tmp, and a checkout
 # can be anywhere.
@@ -352,6 +393,10 @@ if [ "$fabric" = 1 ]; then
     [ -x "$bcast_loop" ] || { echo "bench/run.sh: $bcast_loop not installed (-Dinstall_tests=true)" >&2; exit 2; }
     echo "size_mib,method,nodes,rep,seconds,ok,own_seconds,transfer_seconds,cpu_reader,cpu_forwarder,cpu_last,cpu_write,cpu_read,load1,host_cpu_busy_pct" >"$fcsv"
 fi
+rcsv="${registry_out:-$out}/registry-$stack-$(date -u +%Y-%m-%d).csv"
+if [ "$registry" = 1 ]; then
+    echo "image_bytes,method,nodes,rep,seconds,ok,registry_bytes,registry_clients,first_seconds,agent_seconds,load1,host_reported_mib,host_cpu_busy_pct" >"$rcsv"
+fi
 
 # ------------------------------------------------------------ calibration -
 mk_source() { # MiB -> path on /shared (created where it is served from, warm)
@@ -374,7 +419,7 @@ source "$top/bench/methods.sh"
 # test host is a VM whose memory the hypervisor backs on first touch, and the
 # nodes' /nvme tmpfs takes 2 MiB pages: the first run after start-up touched
 # fresh memory and took 2-6 s longer (1 GiB, N=8) than every later run.
-if [ "$smoke" = 0 ]; then
+if [ "$smoke" = 0 ] && [ "$registry" = 0 ]; then   # --registry: its own
     wsize=$(sorted "$sizes" | tail -1)
     wsrc=$(mk_source "$wsize")
     say "warm-up: one staging of $wsize MiB to $maxn nodes (not recorded)"
@@ -384,6 +429,11 @@ if [ "$smoke" = 0 ]; then
 fi
 
 for size in $sizes; do
+    if [ "$registry" = 1 ]; then
+        run_registry "$size"
+        clean_dst
+        continue
+    fi
     if [ "$fabric" = 1 ]; then
         src=$(mk_source "$size")
         run_fabric "$size" "$src" "/nvme/bench/img-$size.img"
@@ -460,12 +510,16 @@ EOF
     echo "smoke: ok, stack $stack: Slurm $v_slurm, Open MPI $v_ompi, PMIx $v_pmix ($(($(date +%s) - t_start)) s)"
     exit 0
 fi
-if [ "$fabric" = 1 ]; then
-    cp "$calib" "${fcsv%.csv}.calib"
-    python3 "$top/bench/fabric_report.py" --csv "$fcsv" --calib "$calib" --out "${fcsv%.csv}.md"
+# A regime's results (--fabric, --registry): its calibration and report
+# beside its CSV; the scratch --out of the calibration goes.
+regime_report() { # csv report-script
+    cp "$calib" "${1%.csv}.calib"
+    python3 "$top/bench/$2" --csv "$1" --calib "$calib" --out "${1%.csv}.md"
     rm -rf "$out"
-    say "results: ${fcsv%.csv}.md, $fcsv ($(($(date +%s) - t_start)) s)"
+    say "results: ${1%.csv}.md, $1 ($(($(date +%s) - t_start)) s)"
     exit 0
-fi
+}
+if [ "$registry" = 1 ]; then regime_report "$rcsv" registry_report.py; fi
+if [ "$fabric" = 1 ]; then regime_report "$fcsv" fabric_report.py; fi
 python3 "$top/bench/report.py" --csv "$csv" --calib "$calib" --out "$out"
 say "results: $out/latest.md, latest.csv, latest.png ($(($(date +%s) - t_start)) s)"
