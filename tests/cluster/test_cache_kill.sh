@@ -17,6 +17,7 @@
 #  - the same SRC then stages again: the job completes, copies to the victim
 #    only ("1 copied, K-1 current"), and every node's image and entry are
 #    SRC's bytes.
+# Cases F06, F22.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts run on the node
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
