@@ -230,6 +230,7 @@ static int adopt_one(const struct sh_config *cfg, const struct sh_stage_job *job
     char *const argv[] = { (char *)"stagehand-cache", (char *)"adopt", NULL };
     char *const envp[] = { NULL };
     posix_spawn_file_actions_t fa;
+    posix_spawnattr_t sa;
     int in[2] = { -1, -1 }, out[2] = { -1, -1 }, rc, wstatus = 0;
     size_t got = 0;
     pid_t pid;
@@ -245,7 +246,15 @@ static int adopt_one(const struct sh_config *cfg, const struct sh_stage_job *job
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDERR_FILENO);
     posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
-    rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, NULL, argv, envp);
+    /* A process group of its own: the epilog's SIGTERM to the staging
+     * process's group (a job that ended here first, e.g. one failed on
+     * another node) stops the copy, not an adoption of a verified one,
+     * which is bounded; the epilog waits for the staging's lock. */
+    posix_spawnattr_init(&sa);
+    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&sa, 0);
+    rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, &sa, argv, envp);
+    posix_spawnattr_destroy(&sa);
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
