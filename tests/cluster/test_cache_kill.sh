@@ -118,10 +118,16 @@ echo "ok: $victim's cache is empty, $(one_line "$others") adopted their verified
 rm -f "$out"
 shape_clear
 probe="srun -N$k --ntasks-per-node=1 sh -c 'echo \"\$(hostname) \$(sha256sum <\"\$STAGEHAND_IMAGE\" | cut -d\" \" -f1)\"' && echo script-ran"
+off=$(log_offset "$victim")
 stage_job_ends COMPLETED 120 "$src" "$probe"
 grep -q script-ran "$out" || fail "job $job_id's script did not run: $(cat "$out")"
-grep -q "stagehand: .*: 1 copied, $((k - 1)) current of $k nodes" "$out" ||
-    fail "job $job_id's summary (want the victim copied, the others current): $(cat "$out")"
+# the batch node, current, says so; the victim's log has the copy's summary
+image=$cache/job/$job_id/$(basename "$src")
+first=${MINICLUSTER_NODES%% *}
+grep -q "^stagehand: $image: current on $first, nothing copied" "$out" ||
+    fail "job $job_id: $first was not current: $(cat "$out")"
+log_since "$victim" "$off" | grep -q "stagehand: job $job_id user .*: $image: 1 copied, $((k - 1)) current of $k nodes" ||
+    fail "job $job_id: $victim's staging (want it copied, the others current): $(log_since "$victim" "$off" | grep "job $job_id" | head -5)"
 for n in $MINICLUSTER_NODES; do
     grep -qx "$n $want" "$out" || fail "job $job_id: $n's image is not SRC's bytes: $(cat "$out")"
 done
