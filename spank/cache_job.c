@@ -250,11 +250,15 @@ static int adopt_one(const struct sh_config *cfg, const struct sh_stage_job *job
      * process's group (a job that ended here first, e.g. one failed on
      * another node) stops the copy, not an adoption of a verified one,
      * which is bounded; the epilog waits for the staging's lock. */
-    posix_spawnattr_init(&sa);
-    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&sa, 0);
-    rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, &sa, argv, envp);
-    posix_spawnattr_destroy(&sa);
+    rc = posix_spawnattr_init(&sa);
+    if (rc == 0) {
+        rc = posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETPGROUP);
+        if (rc == 0)
+            rc = posix_spawnattr_setpgroup(&sa, 0);
+        if (rc == 0)
+            rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, &sa, argv, envp);
+        posix_spawnattr_destroy(&sa);
+    }
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
