@@ -69,22 +69,14 @@ if [ "$at" -lt $((size / 2)) ] || [ "$at" -ge "$size" ]; then
     fail "job $id: the engine on $victim had written $at bytes of $size when killed (want half)"
 fi
 echo "engine $pid on $victim killed at $((at * 100 / size)) % of the image ($at bytes)"
-t0=$SECONDS
-st=$(wait_job_end "$id" 60)
-[ "$st" = FAILED ] || fail "job $id ended $st within 60 s of the kill: $(cat "$out" 2>/dev/null)"
-echo "job $id FAILED $((SECONDS - t0)) s after the kill"
-! grep -q script-ran "$out" || fail "job $id: the batch script ran without its image"
+assert_failed_after_kill "$id" 60 "engine killed on $victim"
 said="$victim: engine killed by signal 9"
 grep -q "^stagehand: --stage-image failed: .*$said" "$out" ||
     fail "job $id: the error output does not say '$said': $(cat "$out")"
 grep -q "^stagehand: --stage-image failed: .*$said; the copy went on without it" "$out" ||
     fail "job $id: the copy did not go on without $victim: $(cat "$out")"
 echo "  job's error output: $(grep '^stagehand:' "$out" | head -1)"
-for _ in $(seq 1 100); do
-    log_since "$victim" "$off" | grep -q "job $id.*staging failed on $victim: .*engine killed by signal 9" && break
-    sleep 0.2
-done
-log_since "$victim" "$off" | grep -q "job $id.*staging failed on $victim: .*engine killed by signal 9" ||
+wait_log_line "$victim" "$off" "job $id.*staging failed on $victim: .*engine killed by signal 9" ||
     fail "job $id: $victim's slurmd log does not name the engine's kill: $(log_since "$victim" "$off" | grep "job $id" | head -5)"
 assert_no_drain
 left=$(procs_left engine_pids "$tok" 30)
