@@ -230,6 +230,7 @@ static int adopt_one(const struct sh_config *cfg, const struct sh_stage_job *job
     char *const argv[] = { (char *)"stagehand-cache", (char *)"adopt", NULL };
     char *const envp[] = { NULL };
     posix_spawn_file_actions_t fa;
+    posix_spawnattr_t sa;
     int in[2] = { -1, -1 }, out[2] = { -1, -1 }, rc, wstatus = 0;
     size_t got = 0;
     pid_t pid;
@@ -245,7 +246,19 @@ static int adopt_one(const struct sh_config *cfg, const struct sh_stage_job *job
     posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&fa, out[1], STDERR_FILENO);
     posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
-    rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, NULL, argv, envp);
+    /* A process group of its own: the epilog's SIGTERM to the staging
+     * process's group (a job that ended here first, e.g. one failed on
+     * another node) stops the copy, not an adoption of a verified one,
+     * which is bounded; the epilog waits for the staging's lock. */
+    rc = posix_spawnattr_init(&sa);
+    if (rc == 0) {
+        rc = posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETPGROUP);
+        if (rc == 0)
+            rc = posix_spawnattr_setpgroup(&sa, 0);
+        if (rc == 0)
+            rc = posix_spawn(&pid, SH_CACHE_TOOL_PATH, &fa, &sa, argv, envp);
+        posix_spawnattr_destroy(&sa);
+    }
     posix_spawn_file_actions_destroy(&fa);
     close(in[0]);
     close(out[1]);
@@ -306,7 +319,7 @@ fail:
 }
 
 int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job *job,
-                         char *const *reports, char *msg, size_t msglen)
+                         char *const *reports, bool job_ok, char *msg, size_t msglen)
 {
     struct sh_spec_set *set;
     char err[256];
@@ -319,22 +332,37 @@ int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job 
         return 0;
     for (size_t i = 0; i < sh_spec_set_count(set) && rc == 0; i++) {
         const char *dst = sh_spec_set_dst(set, i);
+        bool reported = i < SH_SPEC_MAX_IMAGES && reports[i] != NULL;
         char why[1024];
         struct stat sb;
+        int one;
 
         if (sh_cache_dst_kind(cfg->cache, dst, NULL) != SH_CACHE_DST_JOB ||
             lstat(dst, &sb) != 0 || sb.st_uid == 0)
             continue; /* no image for the cache, or an entry linked already */
-        if (i >= SH_SPEC_MAX_IMAGES || reports[i] == NULL) {
+        /* A failed job's images: only the verified copies its agent
+         * reported (a node that survived a dead one, doc/design.md §5); the
+         * epilog removes the rest with the job's directory. */
+        if (!job_ok && !reported)
+            continue;
+        if (!reported) {
             snprintf(why, sizeof(why), "the agent reported no digest for it");
             (void)unlink(dst);
-            rc = -1;
+            one = -1;
         } else {
-            rc = adopt_one(cfg, job, sh_spec_set_src(set, i), dst, reports[i], why,
-                           sizeof(why));
+            one = adopt_one(cfg, job, sh_spec_set_src(set, i), dst, reports[i], why,
+                            sizeof(why));
         }
-        if (rc != 0)
-            snprintf(msg, msglen, "image %.1500s on %.200s: %.1500s", dst, job->nodename, why);
+        if (one == 0)
+            continue;
+        if (!job_ok) {
+            /* the job's own message stays the one the user sees */
+            slurm_info("stagehand: job %u: image %s on %s not kept in the cache: %s",
+                       job->jobid, dst, job->nodename, why);
+            continue;
+        }
+        snprintf(msg, msglen, "image %.1500s on %.200s: %.1500s", dst, job->nodename, why);
+        rc = -1;
     }
     sh_spec_set_free(set);
     return rc;

@@ -9,12 +9,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -23,11 +25,33 @@
 #include "joblock.h"
 #include "staging.h"
 #include "stagehand/agentio.h"
+#include "stagehand/cache.h"
 #include "stagehand/clock.h"
 #include "stagehand/ctlport.h"
 
 /* The descriptor a woken sentinel hands the agent its listener on. */
 #define SH_SENTINEL_LISTENER_FD 3
+
+/* A woken sentinel's agent takes part in the copy for the others: on node 0
+ * its engine reads SRC and, as every writer does, takes DST's lock beside
+ * its DST first (the copy here is current: it writes nothing else). In the
+ * node image cache that DST is in the job's directory, which this node's
+ * staging sealed (0500, stagehand/cache.h) when it found its copies current:
+ * open it again (0700, the job user's own directory, as a job step's
+ * staging does), or that engine's pre-check fails and the copy with it. The
+ * epilog removes the directory with the job. */
+static void reopen_cache_dir(const struct sh_config *cfg, const struct sh_stage_job *job)
+{
+    char dir[PATH_MAX], err[256];
+    struct stat sb;
+
+    if (cfg->cache[0] == '\0' ||
+        sh_cache_job_dir(cfg->cache, job->jobid, dir, sizeof(dir)) != 0 ||
+        lstat(dir, &sb) != 0)
+        return; /* no image of this job's in the cache */
+    if (sh_cache_prepare(cfg->cache, job->jobid, job->uid, job->gid, err, sizeof(err)) != 0)
+        slurm_error("stagehand: job %u: %s", job->jobid, err);
+}
 
 /* Sentinel (a child of the prolog's slurmstepd, never exec'd unless woken):
  * bind the job's control-plane port, tell the prolog through @ready, wait
@@ -85,6 +109,7 @@ static void __attribute__((noreturn)) sentinel(const struct sh_config *cfg,
             _exit(1);
     }
     /* Woken (or no port to hold: the agent binds its own, as before). */
+    reopen_cache_dir(cfg, job);
     in = memfd_create("stagehand-agent-inputs", 0);
     if (in < 0 ||
         sh_agent_write_inputs(dup(in), job, true, lfd >= 0 ? SH_SENTINEL_LISTENER_FD : -1,

@@ -568,14 +568,16 @@ static void staging_run_agent(struct sh_staging *s, int ac, char **av)
     }
 }
 
-/* The node image cache's part after the decision: adopt new copies, then
- * seal the job's directory. */
+/* The node image cache's part after the decision: adopt new copies (after
+ * a failure too: a node that survived a dead one has its verified copy,
+ * which the next job then finds current, doc/design.md §5), then seal the
+ * job's directory. */
 static void staging_cache_end(struct sh_staging *s)
 {
     struct sh_agent_result *res = s->res;
 
-    if (res->have_result && res->ok && !s->local_current &&
-        sh_cache_stage_adopt(s->cfg, s->job, res->cache_report, res->message,
+    if (res->have_result && !s->local_current &&
+        sh_cache_stage_adopt(s->cfg, s->job, res->cache_report, res->ok, res->message,
                              sizeof(res->message)) != 0)
         res->ok = false;
     sh_cache_stage_end(s->cfg, s->job);

@@ -175,11 +175,14 @@ int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_jo
 /* The cache pre-check's refusal of this staging (sh_cache_stage_prepare):
  * the message for the agent's refuse= input, or NULL when it fits. */
 const char *sh_cache_refusal(void);
-/* After a successful agent: adopt each new copy with its report
- * (@reports[i]: "<digest> <identity>" from the agent, or NULL). Returns 0, or
- * -1 with the message for the user in @msg (the copy is gone). */
+/* After the agent: adopt each new copy with its report (@reports[i]:
+ * "<digest> <identity>" from the agent, or NULL). @job_ok: the agent
+ * succeeded; after a failure only the reported copies are adopted (the
+ * verified copies of nodes that survived a dead one) and a copy that cannot
+ * be is logged, never the user's message. Returns 0, or -1 (only with
+ * @job_ok) with the message for the user in @msg (the copy is gone). */
 int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job *job,
-                         char *const *reports, char *msg, size_t msglen);
+                         char *const *reports, bool job_ok, char *msg, size_t msglen);
 /* At the staging's end: seal the job's cache directory (0500). */
 void sh_cache_stage_end(const struct sh_config *cfg, const struct sh_stage_job *job);
 

@@ -624,6 +624,11 @@ static void outcome_apply(struct agent *a, const struct image_run *r, char *text
             mine = mine || in_index_list(list, a->index);
         }
         set_failure(a, mine, "image %s: %s", r->dst, sp != NULL ? sp + 1 : list);
+        /* a node not at fault whose copy was verified (the copy went on
+         * around a dead node) keeps it: DST is published, and for the node
+         * image cache it is reported for adoption like a success's */
+        if (!mine)
+            cache_report(a, r);
     } else {
         set_failure(a, a->own_fault, "image %s: %s", r->dst,
                     strncmp(text, "fail ", 5) == 0 ? text + 5 : text);

@@ -13,7 +13,8 @@
  *                                    at adoption, names the source it came from
  *   DIR/job/                   0711  the jobs' directories, not listable
  *   DIR/job/<jobid>/           the job user's, 0700 while the job stages into
- *                                    it, 0500 after; removed by the epilog
+ *                                    it (or a woken sentinel's agent serves the
+ *                                    others), 0500 after; removed by the epilog
  *   DIR/job/<jobid>/<name>     a hard link of the job's entry (one inode:
  *                                    STAGEHAND_IMAGE points here for the job's
  *                                    whole life)

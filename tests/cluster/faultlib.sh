@@ -306,3 +306,24 @@ stage_job_ends() { # state seconds image [script]
     st=$(wait_job_end "$job_id" "$2")
     [ "$st" = "$1" ] || fail "job $job_id ended $st, expected $1: $(cat "$out" 2>/dev/null)"
 }
+
+# After a kill (@3: what, for the messages) in job @1's staging: wait up to
+# @2 seconds for the job to end, fail unless it FAILED without running its
+# batch script ($out must not say script-ran); prints how long it took.
+assert_failed_after_kill() { # id seconds what
+    local st t0=$SECONDS
+    st=$(wait_job_end "$1" "$2")
+    [ "$st" = FAILED ] || fail "$3: job $1 ended $st within $2 s of the kill: $(cat "$out" 2>/dev/null)"
+    echo "$3: job $1 FAILED after $((SECONDS - t0)) s"
+    ! grep -q script-ran "$out" || fail "$3: job $1: the batch script ran without its image"
+}
+
+# Wait up to 20 s until node @1's slurmd log from offset @2 (log_offset) has
+# a line matching the grep pattern @3; fails (returns 1) when none came.
+wait_log_line() { # node offset pattern
+    for _ in $(seq 1 100); do
+        log_since "$1" "$2" | grep -q "$3" && return 0
+        sleep 0.2
+    done
+    return 1
+}

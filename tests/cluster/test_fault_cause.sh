@@ -36,7 +36,7 @@ shape_links --link 50mbit --node "$victim" || fail "cannot shape $victim's link"
 # kill_one WHAT: stage, kill WHAT (engine, agent, stage) on $victim at a
 # quarter of the image, check the outcome.
 kill_one() {
-    local what=$1 id pid agent stager target off st t0 left n got cause
+    local what=$1 id pid agent stager target off left n got cause
     rm -f "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
     off=$(log_offset "$victim")
@@ -70,11 +70,7 @@ kill_one() {
     # wait for a quarter of the image in the engine's writes, then kill
     { wait_io "$victim" "$pid" wchar $((size / 4)) && on_node "$victim" kill -9 "$target"; } ||
         fail "$what: job $id: could not kill $target at a quarter of the image"
-    t0=$SECONDS
-    st=$(wait_job_end "$id" 45)
-    [ "$st" = FAILED ] || fail "$what: job $id ended $st within 45 s of the kill: $(cat "$out" 2>/dev/null)"
-    echo "$what killed on $victim: job $id FAILED after $((SECONDS - t0)) s"
-    ! grep -q script-ran "$out" || fail "$what: job $id: the batch script ran without its image"
+    assert_failed_after_kill "$id" 45 "$what killed on $victim"
     grep -q "^stagehand: --stage-image failed: .*$victim" "$out" ||
         fail "$what: job $id: the error output does not name $victim: $(cat "$out")"
     # the engine reports its own end; a killed agent (or one that stopped
@@ -91,10 +87,8 @@ kill_one() {
     echo "  job's error output: $(grep '^stagehand:' "$out" | head -1)"
     # the victim's slurmd log names the node and what ended (the epilog's
     # line for the staging process comes at the job's end)
-    for _ in $(seq 1 100); do
-        log_since "$victim" "$off" | grep -q "job $id user $MINICLUSTER_USER: staging failed on $victim: .*$cause\|job $id: staging failed on $victim: $cause" && break
-        sleep 0.2
-    done
+    wait_log_line "$victim" "$off" "job $id user $MINICLUSTER_USER: staging failed on $victim: .*$cause\|job $id: staging failed on $victim: $cause" ||
+        true # (the line is looked for again below, for the message)
     got=$(log_since "$victim" "$off" | grep "job $id.*staging failed on $victim" | head -1)
     grep -q "$cause" <<<"$got" ||
         fail "$what: job $id: $victim's slurmd log does not say '$cause': $(log_since "$victim" "$off" | grep "job $id" | head -5)"
