@@ -29,6 +29,7 @@ errors=()
 secs=0
 
 cleanup_nodes() {
+    shape_clear
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
@@ -85,8 +86,16 @@ repair_case() {
     half=$((size / 2))
     [ "$victim" = "${nodes##* }" ] || [ "${MINICLUSTER_STACK:-bookworm}" != bookworm ] ||
         half=$size
+    # The victim's link at 200 Mbit/s for a kill: the chain runs at its pace,
+    # so half of the copy takes seconds however loaded the host is (an
+    # unshaped sparse source can be copied before the kill); the copy around
+    # it runs over the others' unshaped links. (Not for the link case, which
+    # takes the link itself down.)
+    if [ "$what" != link ]; then
+        shape_links --link 200mbit --node "$victim" || fail "cannot shape $victim's link"
+    fi
     id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
-    pid=$(wait_engine_pid "$victim" "$tok")
+    pid=$(wait_engine_pid "$victim" "$tok" 90)
     [ -n "$pid" ] || fail "$what: no engine on $victim (job $id: $(cat "$out" 2>/dev/null))"
     case "$what" in
         engine)
@@ -124,6 +133,7 @@ repair_case() {
     esac
     echo "$what: killed on $victim at $((${io:-0} * 50 / half)) % of the copy (wchar $((${io:-0} / 1048576)) MiB, job $id)"
     st=$(wait_job_end "$id" 150)
+    shape_clear
     secs=$(job_secs "$id")
     if [ "$st" != FAILED ]; then
         errors+=("$what: job $id ended $st, expected FAILED: $(cat "$out" 2>/dev/null)")
