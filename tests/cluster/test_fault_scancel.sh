@@ -18,6 +18,7 @@ dst=/nvme/$tok/img
 src=$MINICLUSTER_SHARED/$tok.img
 out=$MINICLUSTER_SHARED/$tok.out
 cleanup() {
+    shape_clear
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -f "$src" "$out"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
@@ -34,6 +35,10 @@ submit() {
     as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" --wrap 'echo script-ran'
 }
 
+# links at 400 Mbit/s for the cancelled job: its copy then takes some 20 s
+# however fast or loaded the host is (unshaped, the sparse source could be
+# copied before the scancel: the job COMPLETED)
+shape_links --link 400mbit || fail "cannot shape the links"
 id=$(submit) || fail "sbatch: $id"
 for _ in $(seq 1 300); do
     [ -n "$(temp_files_in "/nvme/$tok")" ] && break
@@ -51,6 +56,7 @@ echo "job $id cancelled after $((SECONDS - t0)) s"
 assert_stopped_staging_clean "$id" "$want" scancel
 ! grep -q script-ran "$out" 2>/dev/null || fail "the cancelled job's script ran"
 echo "ok: cancelled job: no partial DST, no temp file, no runtime state, no drain"
+shape_clear
 
 # the same job again
 id=$(submit) || fail "sbatch: $id"
