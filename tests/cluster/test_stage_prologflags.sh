@@ -114,6 +114,9 @@ echo "ok: srun --stage-image inside a job and as its own job"
 make_slow_source "$src" 1024 || fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 rm -f "$out"
+# links at 400 Mbit/s: the copy takes some 20 s however loaded the host is
+# (unshaped, the sparse source could be copied before the scancel)
+shape_links --link 400mbit || fail "cannot shape the links"
 if [ "$runinjob" = 0 ]; then
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst.big" \
         --wrap 'echo script-ran') || fail "sbatch: $id"
@@ -145,5 +148,6 @@ done
 left=$(temp_files_in "/nvme/$tok")
 [ -z "$left" ] || fail "temp files left after the scancel: $left"
 echo "ok: scancel during the staging: job $st after $((SECONDS - t0)) s, nothing left"
+shape_clear
 wait_nodes_idle || fail "nodes not idle"
 echo "ok: PrologFlags=$flags ($proctrack)"
