@@ -99,15 +99,10 @@ plugstack_add "timeout=60s allowed_registries=$reg,$rega" \
     "resolver=$STAGEHAND_PREFIX/libexec/stagehand-import,--insecure,digest,%r" \
     "importer=$work/importer.sh,%r,%o"
 
-# Access lines of registry log @1 since byte offset @2: "client method path status bytes".
-reg_since() {
-    tail -c +"$(($2 + 1))" "$1" | grep -E '^[0-9.]+ - - \[' | awk '{print $1, substr($6, 2), $7, $9, $10}'
-}
-reg_off() { stat -c %s "$1"; }
 # Every client of both registries since offsets @1 (open) and @2 (auth) is node 0.
 assert_only_node0() { # what open-offset auth-offset
     local c
-    c=$({ reg_since "$reglog" "$2"; reg_since "$authlog" "$3"; } | awk '{print $1}' | sort -u)
+    c=$({ registry_access "$reglog" "$2"; registry_access "$authlog" "$3"; } | awk '{print $1}' | sort -u)
     [ -z "$c" ] || [ "$c" = "$n0_ip" ] || fail "$1: the registry was contacted by '$c', not node 0 ($n0_ip) alone"
 }
 
@@ -146,7 +141,7 @@ auth_edit "$MINICLUSTER_OTHER_USER" ~"$MINICLUSTER_OTHER_USER"/.docker/config.js
     fail "cannot write $MINICLUSTER_OTHER_USER's config.json"
 
 dst=$top/a.sqsh
-o1=$(reg_off "$reglog") o2=$(reg_off "$authlog")
+o1=$(registry_log_offset "$reglog") o2=$(registry_log_offset "$authlog")
 stage as_user "$rega/$repo:v1" "$dst" "srun -N$k sh -c 'unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test'"
 [ "$st" = COMPLETED ] || fail "the user with credentials: job ended $st: $(cat "$out")"
 grep -q "$dst: $k copied, 0 current of $k nodes" "$out" || fail "credentials: summary: $(cat "$out")"
@@ -161,25 +156,25 @@ read -r u h r <"$work/runs"
 [ "$u $h" = "$MINICLUSTER_USER $(getent passwd "$MINICLUSTER_USER" | cut -d: -f6)" ] ||
     fail "credentials: the importer ran as '$u' with HOME '$h'"
 [ "$r" = "$rega/$repo@$d1" ] || fail "credentials: the import was not pinned to $d1: $r"
-[ -n "$(reg_since "$authlog" "$o2" | awk '$2 == "GET" && $3 ~ /\/blobs\// && $4 == 200')" ] ||
-    fail "credentials: no blob served by the instance with credentials: $(reg_since "$authlog" "$o2")"
+[ -n "$(registry_access "$authlog" "$o2" | awk '$2 == "GET" && $3 ~ /\/blobs\// && $4 == 200')" ] ||
+    fail "credentials: no blob served by the instance with credentials: $(registry_access "$authlog" "$o2")"
 assert_only_node0 "credentials" "$o1" "$o2"
 echo "ok: credentials in ~/.config/containers/auth.json: resolved and imported once as $u, $k byte-identical copies"
 
 # Without credentials (another user has them): the resolver is refused.
-r0=$(runs) o1=$(reg_off "$reglog") o2=$(reg_off "$authlog")
+r0=$(runs) o1=$(registry_log_offset "$reglog") o2=$(registry_log_offset "$authlog")
 stage as_third "$rega/$repo:v1" "$top-third/a.sqsh"
 assert_failed "no credentials" "docker://$rega/$repo:v1" "unauthorized" "$top-third" "$r0"
 grep -qF "cannot resolve the image's digest" "$out" || fail "no credentials: not the resolver's failure: $(cat "$out")"
 [ "$(runs)" -eq "$r0" ] || fail "no credentials: the importer ran"
-[ -n "$(reg_since "$authlog" "$o2" | awk '$4 == 401')" ] || fail "no credentials: the registry refused nothing: $(reg_since "$authlog" "$o2")"
-[ -z "$(reg_since "$authlog" "$o2" | awk '$4 == 200 && $3 ~ /\/(manifests|blobs)\//')" ] ||
-    fail "no credentials: the registry served the image: $(reg_since "$authlog" "$o2")"
+[ -n "$(registry_access "$authlog" "$o2" | awk '$4 == 401')" ] || fail "no credentials: the registry refused nothing: $(registry_access "$authlog" "$o2")"
+[ -z "$(registry_access "$authlog" "$o2" | awk '$4 == 200 && $3 ~ /\/(manifests|blobs)\//')" ] ||
+    fail "no credentials: the registry served the image: $(registry_access "$authlog" "$o2")"
 assert_only_node0 "no credentials" "$o1" "$o2"
 
 # Wrong credentials (~/.docker/config.json), a pinned digest: the importer
 # alone asks, once, as that user, and is refused.
-r0=$(runs) o1=$(reg_off "$reglog") o2=$(reg_off "$authlog")
+r0=$(runs) o1=$(registry_log_offset "$reglog") o2=$(registry_log_offset "$authlog")
 stage as_other "$rega/$repo@$d1" "$top-other/a.sqsh"
 assert_failed "wrong credentials" "docker://$rega/$repo@$d1" "unauthorized" "$top-other" "$r0"
 grep -qF "the importer failed" "$out" || fail "wrong credentials: not the importer's failure: $(cat "$out")"
@@ -188,8 +183,8 @@ grep -qF "the importer failed" "$out" || fail "wrong credentials: not the import
     fail "wrong credentials: the importer ran as $(tail -1 "$work/runs")"
 tail -c +"$((o2 + 1))" "$authlog" | grep -qF "error authenticating user \\\"${creds%%:*}\\\"" ||
     fail "wrong credentials: the registry saw no wrong password (were they read?)"
-[ -z "$(reg_since "$authlog" "$o2" | awk '$4 == 200 && $3 ~ /\/(manifests|blobs)\//')" ] ||
-    fail "wrong credentials: the registry served the image: $(reg_since "$authlog" "$o2")"
+[ -z "$(registry_access "$authlog" "$o2" | awk '$4 == 200 && $3 ~ /\/(manifests|blobs)\//')" ] ||
+    fail "wrong credentials: the registry served the image: $(registry_access "$authlog" "$o2")"
 assert_only_node0 "wrong credentials" "$o1" "$o2"
 
 # ---- an image too large for the nodes ----
@@ -205,7 +200,7 @@ for n in $MINICLUSTER_NODES; do
     mounted="$n:$small $mounted"
 done
 db=$("$MINICLUSTER" registry push "$repo:big" 32768) || fail "push $repo:big"
-r0=$(runs) o1=$(reg_off "$reglog") o2=$(reg_off "$authlog")
+r0=$(runs) o1=$(registry_log_offset "$reglog") o2=$(registry_log_offset "$authlog")
 stage as_user "$reg/$repo:big" "$small/big.sqsh"
 assert_failed "image larger than the other nodes' free space" "docker://$reg/$repo@$db: the image's Squashfs file is" \
     "more than the free space of $small/big.sqsh's filesystem on n2 (" "$small" "$r0"
@@ -220,7 +215,7 @@ on_node n1 umount "$small" || fail "cannot unmount n1:$small"
 mounted=${mounted/n1:$small /}
 on_node n1 mount -t tmpfs -o size=16m,mode=1777 tmpfs-rlim "$small" || fail "cannot mount 16 MiB on n1:$small"
 mounted="n1:$small $mounted"
-r0=$(runs) o1=$(reg_off "$reglog") o2=$(reg_off "$authlog")
+r0=$(runs) o1=$(registry_log_offset "$reglog") o2=$(registry_log_offset "$authlog")
 stage as_user "$reg/$repo:big" "$small/big.sqsh"
 assert_failed "import larger than the first node's free space" "docker://$reg/$repo@$db: the image does not fit the first node" \
     "no space left on device" "$small" "$r0"
