@@ -57,7 +57,13 @@ chmod 666 "$work/runs"
 
 # The users' credential files as they were (the homes are the host's,
 # shared by every test cluster): each test entry is the registry's own key,
-# added to what is there and removed again.
+# added to what is there and removed again; a file the test made goes.
+home_of() { getent passwd "$1" | cut -d: -f6; }
+auth_user=$(home_of "$MINICLUSTER_USER")/.config/containers/auth.json
+auth_other=$(home_of "$MINICLUSTER_OTHER_USER")/.docker/config.json
+had_user="" had_other=""
+[ ! -e "$auth_user" ] || had_user=1
+[ ! -e "$auth_other" ] || had_other=1
 auth_edit() { # user file add|remove [user:password]
     run_as "$1" python3 - "$2" "$3" "$rega" "${4:-}" <<'PY'
 import base64, json, os, sys
@@ -85,8 +91,8 @@ cleanup() {
     shape_clear
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     plugstack_restore
-    auth_edit "$MINICLUSTER_USER" ~"$MINICLUSTER_USER"/.config/containers/auth.json remove 2>/dev/null
-    auth_edit "$MINICLUSTER_OTHER_USER" ~"$MINICLUSTER_OTHER_USER"/.docker/config.json remove 2>/dev/null
+    if [ -n "$had_user" ]; then auth_edit "$MINICLUSTER_USER" "$auth_user" remove; else rm -f "$auth_user"; fi
+    if [ -n "$had_other" ]; then auth_edit "$MINICLUSTER_OTHER_USER" "$auth_other" remove; else rm -f "$auth_other"; fi
     for m in $mounted; do on_node "${m%%:*}" umount "${m#*:}"; done
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "$top" "$top-other" "$top-third"; done
     rm -rf "$work"
@@ -135,9 +141,9 @@ d1=$("$MINICLUSTER" registry push "$repo:v1" 1024) || fail "push $repo:v1"
 if skopeo inspect --raw --tls-verify=false "docker://$rega/$repo:v1" >/dev/null 2>&1; then
     fail "$rega serves $repo:v1 without credentials"
 fi
-auth_edit "$MINICLUSTER_USER" ~"$MINICLUSTER_USER"/.config/containers/auth.json add "$creds" ||
+auth_edit "$MINICLUSTER_USER" "$auth_user" add "$creds" ||
     fail "cannot write $MINICLUSTER_USER's auth.json"
-auth_edit "$MINICLUSTER_OTHER_USER" ~"$MINICLUSTER_OTHER_USER"/.docker/config.json add "${creds%%:*}:wrong$$" ||
+auth_edit "$MINICLUSTER_OTHER_USER" "$auth_other" add "${creds%%:*}:wrong$$" ||
     fail "cannot write $MINICLUSTER_OTHER_USER's config.json"
 
 dst=$top/a.sqsh
@@ -153,7 +159,7 @@ for n in $MINICLUSTER_NODES; do
 done
 [ "$(runs)" -eq 1 ] || fail "credentials: imported $(runs) times"
 read -r u h r <"$work/runs"
-[ "$u $h" = "$MINICLUSTER_USER $(getent passwd "$MINICLUSTER_USER" | cut -d: -f6)" ] ||
+[ "$u $h" = "$MINICLUSTER_USER $(home_of "$MINICLUSTER_USER")" ] ||
     fail "credentials: the importer ran as '$u' with HOME '$h'"
 [ "$r" = "$rega/$repo@$d1" ] || fail "credentials: the import was not pinned to $d1: $r"
 [ -n "$(registry_access "$authlog" "$o2" | awk '$2 == "GET" && $3 ~ /\/blobs\// && $4 == 200')" ] ||
@@ -179,7 +185,7 @@ stage as_other "$rega/$repo@$d1" "$top-other/a.sqsh"
 assert_failed "wrong credentials" "docker://$rega/$repo@$d1" "unauthorized" "$top-other" "$r0"
 grep -qF "the importer failed" "$out" || fail "wrong credentials: not the importer's failure: $(cat "$out")"
 [ "$(runs)" -eq $((r0 + 1)) ] || fail "wrong credentials: $(($(runs) - r0)) import runs"
-[ "$(tail -1 "$work/runs" | cut -d' ' -f1-2)" = "$MINICLUSTER_OTHER_USER $(getent passwd "$MINICLUSTER_OTHER_USER" | cut -d: -f6)" ] ||
+[ "$(tail -1 "$work/runs" | cut -d' ' -f1-2)" = "$MINICLUSTER_OTHER_USER $(home_of "$MINICLUSTER_OTHER_USER")" ] ||
     fail "wrong credentials: the importer ran as $(tail -1 "$work/runs")"
 tail -c +"$((o2 + 1))" "$authlog" | grep -qF "error authenticating user \\\"${creds%%:*}\\\"" ||
     fail "wrong credentials: the registry saw no wrong password (were they read?)"
