@@ -52,7 +52,7 @@ packages=(meson ninja-build pkg-config gcc libc6-dev
     libopenmpi-dev openmpi-bin libpmix-dev libssl-dev libxxhash-dev libjson-c-dev check
     iproute2 util-linux procps attr openssh-server openssh-client sshfs fuse3
     squashfs-tools squashfuse cppcheck clang-tidy shellcheck mmdebstrap python3 python3-fusepy
-    skopeo umoci docker-registry)
+    skopeo umoci docker-registry apache2-utils)
 missing=()
 [ "$stack" = bookworm ] || packages=()
 for p in "${packages[@]}"; do

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "import.h"
 #include "stagehand/clock.h"
 #include "stagehand/log.h"
+#include "stagehand/size.h"
 
 #define NS_PER_MS 1000000LL
 /* The leader keeps this much of the staging's deadline to tell every node
@@ -514,13 +516,45 @@ int sh_import_release(const char *workdir)
     return rc;
 }
 
+/* The importer ran out of room (its stderr tail @tail says ENOSPC or
+ * EDQUOT): what the first node's filesystem of the import directory
+ * @workdir (gone by now) has, and what an import needs there, into @note.
+ * Returns whether. */
+static bool no_room_note(const char *workdir, const char *tail, char *note, size_t len)
+{
+    char dir[PATH_MAX], have[32], total[32];
+    struct statvfs vfs;
+    char *slash;
+
+    if (strcasestr(tail, strerror(ENOSPC)) == NULL && strcasestr(tail, strerror(EDQUOT)) == NULL)
+        return false;
+    snprintf(dir, sizeof(dir), "%s", workdir);
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return false;
+    if (slash == dir)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    if (statvfs(dir, &vfs) != 0)
+        return false;
+    snprintf(note, len, "the image does not fit the first node: the import needs room beside "
+             "DST for the image's layers, its unpacked files and its Squashfs file, and "
+             "%.300s's filesystem has %s free of %s", dir,
+             sh_format_size((uint64_t)vfs.f_bavail * vfs.f_frsize, have, sizeof(have)),
+             sh_format_size((uint64_t)vfs.f_blocks * vfs.f_frsize, total, sizeof(total)));
+    return true;
+}
+
 int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh_ref *pinned,
                   const char *workdir, const char *image, int64_t deadline, char *err,
                   size_t errlen)
 {
     char out[256], tail[STDERR_TAIL], why[SH_IMPORT_ERR_MAX], ref[SH_REF_TEXT_MAX];
+    char note[512];
     struct child_env ce;
     struct stat st;
+    bool described = false;
     char **argv;
     int status;
 
@@ -552,6 +586,7 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
     if (status != 0) {
         describe("importer", status, argv[0], tail, why, sizeof(why));
         snprintf(err, errlen, "%s: %s", ref, why);
+        described = true;
     } else if (lstat(image, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
         snprintf(err, errlen, "%s: the importer succeeded but wrote no image to %s", ref,
                  image);
@@ -565,6 +600,9 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
     if (status != 0) {
         if (sh_import_remove(workdir) != 0)
             sh_warn("import", "cannot remove %s: %s", workdir, strerror(errno));
+        /* first, so that the importer's tail cannot push the sizes out */
+        if (described && no_room_note(workdir, tail, note, sizeof(note)))
+            snprintf(err, errlen, "%s: %s; %s", ref, note, why);
         guard_end(); /* after a stop the agent ends here */
         return -1;
     }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/vfs.h>
 #include <time.h>
 
@@ -103,10 +104,89 @@ static int pinned_from(const struct sh_ctl_entry *e, struct image_run *r, char *
     return sh_ref_parse_canonical(r->id.path, &r->ref, err, errlen);
 }
 
-/* Leader, a registry image that some node needs: import it once, into the
- * private directory beside its own DST (import.c). On failure the plan
- * becomes "fail <reference>: <reason>" in @r->buf. Returns 0 or -1. */
-static int plan_import(struct agent *a, struct image_run *r)
+/* Free bytes for an unprivileged user in the filesystem of @dir; 0 when
+ * statvfs(2) fails. */
+static uint64_t dir_free_bytes(const char *dir)
+{
+    struct statvfs vfs;
+
+    if (statvfs(dir, &vfs) != 0)
+        return 0;
+    return (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_frsize;
+}
+
+/* A registry image's NEED vote ends "\n<free bytes>" (step_vote_plan): the
+ * free space of that node's DST filesystem, which the leader holds the
+ * imported image's size against. Returns whether @e carries one. */
+static bool vote_free(const struct sh_ctl_entry *e, uint64_t *free_bytes)
+{
+    char num[24];
+    const unsigned char *nl;
+    size_t n;
+
+    if (e->state != SH_CTL_OK || e->len < 3 || e->data[0] - '0' != SH_VOTE_NEED)
+        return false;
+    nl = memrchr(e->data, '\n', e->len);
+    if (nl == NULL)
+        return false;
+    n = e->len - (size_t)(nl + 1 - e->data);
+    if (n == 0 || n >= sizeof(num))
+        return false;
+    memcpy(num, nl + 1, n);
+    num[n] = '\0';
+    return sh_parse_u64(num, free_bytes) == 0;
+}
+
+/* Leader, after a successful import: does the Squashfs file fit every node
+ * that needs a copy? Node 0's DST filesystem as it is now (the import holds
+ * its share already; the engine writes DST's temp file beside it), the
+ * others' as they voted. Else a message naming the reference, the image's
+ * size and each such node's free space into @err; returns 0 or -1. */
+static int import_fits(const struct agent *a, const struct image_run *r,
+                       const struct sh_ctl_result *votes, char *err, size_t errlen)
+{
+    char ref[SH_REF_TEXT_MAX], want[32], have[32];
+    struct stat st;
+    uint64_t size, free_bytes;
+    size_t o = 0;
+    int short_nodes = 0;
+
+    if (stat(r->imgfile, &st) != 0)
+        return 0; /* the engine reports it */
+    size = (uint64_t)st.st_size;
+    sh_ref_format(&r->ref, ref, sizeof(ref));
+    for (uint32_t i = 0; i < votes->nnodes && o < errlen; i++) {
+        if (!vote_free(&votes->entry[i], &free_bytes))
+            continue;
+        if (i == 0)
+            free_bytes = dir_free_bytes(r->mdir);
+        if (free_bytes >= size)
+            continue;
+        if (short_nodes++ == 0)
+            o += (size_t)snprintf(err + o, errlen - o, "%.600s: the image's Squashfs file is "
+                                  "%s (%llu bytes), more than the free space of %.300s's "
+                                  "filesystem on ", ref,
+                                  sh_format_size(size, want, sizeof(want)),
+                                  (unsigned long long)size, r->dst);
+        else if (short_nodes <= 8)
+            o += (size_t)snprintf(err + o, errlen - o, ", ");
+        if (short_nodes <= 8 && o < errlen)
+            o += (size_t)snprintf(err + o, errlen - o, "%s (%s, %llu bytes)",
+                                  sh_ctl_name(a->ctl, i),
+                                  sh_format_size(free_bytes, have, sizeof(have)),
+                                  (unsigned long long)free_bytes);
+    }
+    if (short_nodes > 8 && o < errlen)
+        snprintf(err + o, errlen - o, " and %d other nodes", short_nodes - 8);
+    return short_nodes > 0 ? -1 : 0;
+}
+
+/* Leader, a registry image that some node needs (their votes @votes):
+ * import it once, into the private directory beside its own DST
+ * (import.c), and check that it fits every node that needs it. On failure
+ * the plan becomes "fail <reference>: <reason>" in @r->buf, and nothing of
+ * the import is left. Returns 0 or -1. */
+static int plan_import(struct agent *a, struct image_run *r, const struct sh_ctl_result *votes)
 {
     char err[SH_IMPORT_ERR_MAX];
     bool ok;
@@ -122,6 +202,11 @@ static int plan_import(struct agent *a, struct image_run *r)
     } else {
         ok = sh_import_run(&a->cfg, a->in.user, &r->ref, r->workdir, r->imgfile, a->deadline,
                            err, sizeof(err)) == 0;
+        if (ok && import_fits(a, r, votes, err, sizeof(err)) != 0) {
+            ok = false;
+            if (sh_import_release(r->workdir) != 0)
+                sh_warn("import", "cannot remove %s: %s", r->workdir, strerror(errno));
+        }
     }
     if (!ok) {
         r->len = snprintf(r->buf, sizeof(r->buf), "fail %s", err);
@@ -339,6 +424,9 @@ static char *step_vote_plan(struct agent *a, struct image_run *r)
     int rc_plan;
 
     r->len = snprintf(r->buf, sizeof(r->buf), "%d %s", (int)v, why);
+    if (r->image && v == SH_VOTE_NEED && r->len > 0 && (size_t)r->len < sizeof(r->buf) - 24)
+        r->len += snprintf(r->buf + r->len, sizeof(r->buf) - (size_t)r->len, "\n%llu",
+                           (unsigned long long)dir_free_bytes(r->mdir));
     memset(&votes, 0, sizeof(votes));
     if (sh_ctl_gather(a->ctl, TAG_VOTE, r->buf, (uint32_t)r->len, a->deadline, &votes) != 0) {
         marker_drop(a, r);
@@ -363,7 +451,7 @@ static char *step_vote_plan(struct agent *a, struct image_run *r)
                                       : "");
             else
                 plan_participants(&votes, r, &planbuf);
-            if (planbuf != NULL && r->image && plan_import(a, r) != 0) {
+            if (planbuf != NULL && r->image && plan_import(a, r, &votes) != 0) {
                 free(planbuf);
                 planbuf = NULL;
             }

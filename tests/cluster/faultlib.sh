@@ -327,3 +327,10 @@ wait_log_line() { # node offset pattern
     done
     return 1
 }
+
+# Access lines of the cluster registry's log @1 (minicluster registry) since
+# byte offset @2 (registry_log_offset): "client method path status bytes".
+registry_access() { # log offset
+    tail -c +"$(($2 + 1))" "$1" | grep -E '^[0-9.]+ - - \[' | awk '{print $1, substr($6, 2), $7, $9, $10}'
+}
+registry_log_offset() { stat -c %s "$1"; }

@@ -83,11 +83,9 @@ plugstack_add "timeout=30s allowed_registries=$reg" \
     "resolver=$STAGEHAND_PREFIX/libexec/stagehand-import,--insecure,digest,%r" \
     "importer=$work/importer.sh,%r,%o"
 
-# Registry access lines since byte offset @1: "client method path bytes".
-reg_since() {
-    tail -c +"$(($1 + 1))" "$reglog" | grep -E '^[0-9.]+ - - \[' | awk '{print $1, substr($6, 2), $7, $10}'
-}
-reg_off() { stat -c %s "$reglog"; }
+# Registry access lines since byte offset @1: "client method path status bytes".
+reg_since() { registry_access "$reglog" "$1"; }
+reg_off() { registry_log_offset "$reglog"; }
 blob_gets() { reg_since "$1" | awk '$2 == "GET" && $3 ~ /\/blobs\//'; }
 
 # stage REF DST [SCRIPT]: a k-node job staging docker://REF to DST; sets
@@ -125,7 +123,7 @@ clients=$(blob_gets "$off" | awk '{print $1}' | sort -u)
 [ "$(wc -l <"$work/runs")" -eq 1 ] || fail "imported $(wc -l <"$work/runs") times"
 grep -q "@$d1\$" "$work/runs" || fail "the import was not pinned to $d1: $(cat "$work/runs")"
 assert_nothing_left "$dst.absent"
-echo "ok: one import by node 0 ($(blob_gets "$off" | awk '{s += $4} END {print s}') blob bytes served), $k byte-identical copies, read by srun"
+echo "ok: one import by node 0 ($(blob_gets "$off" | awk '{s += $5} END {print s}') blob bytes served), $k byte-identical copies, read by srun"
 
 # ---- the same tag again: nothing copied, no blob pulled ----
 ino=$(on_node n2 stat -c %i.%Y "$dst")

@@ -217,6 +217,32 @@ START_TEST(test_failure_removes)
 }
 END_TEST
 
+/* An importer that ran out of room (ENOSPC in its stderr): the message
+ * says the image does not fit the first node and gives that filesystem's
+ * free and total size before the importer's tail; the directory is gone. */
+START_TEST(test_failure_no_room)
+{
+    char err[SH_IMPORT_ERR_MAX], want[PATH_MAX + 32];
+
+    write_importer("printf partial >\"$2.part\"\n"
+                   "echo 'writing blob: write oci/blob: no space left on device' >&2\nexit 1");
+    ck_assert_int_eq(sh_import_run(&cfg, user, &ref, workdir, image,
+                                   sh_now_ns() + 20000000000LL, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "docker://localhost:5000/test/img@" DIGEST
+                              ": the image does not fit the first node") != NULL, "%s", err);
+    snprintf(want, sizeof(want), "%s's filesystem has ", root);
+    ck_assert_msg(strstr(err, want) != NULL && strstr(err, " free of ") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "; the importer failed (exit 1): writing blob") != NULL, "%s", err);
+    ck_assert(!exists(workdir));
+
+    /* any other failure gets no such note */
+    write_importer("echo 'manifest unknown' >&2\nexit 1");
+    ck_assert_int_eq(sh_import_run(&cfg, user, &ref, workdir, image,
+                                   sh_now_ns() + 20000000000LL, err, sizeof(err)), -1);
+    ck_assert_msg(strstr(err, "does not fit") == NULL, "%s", err);
+}
+END_TEST
+
 /* SIGTERM while the importer runs (its own process group, a partial file
  * and a background process in it): the agent kills that group, removes the
  * directory and ends by SIGTERM. */
@@ -371,6 +397,7 @@ static Suite *import_suite(void)
     tcase_add_test(tc, test_success_prunes);
     tcase_add_test(tc, test_importer_mask);
     tcase_add_test(tc, test_failure_removes);
+    tcase_add_test(tc, test_failure_no_room);
     tcase_add_test(tc, test_stop_during_import);
     tcase_add_test(tc, test_stop_after_import);
     tcase_add_test(tc, test_stop_passed_on);

@@ -3,22 +3,53 @@
 # on the storage host st ($NET.2, port 5000, plain HTTP on the cluster's own
 # network), its data under $STATE/registry (kept across stop and start), its
 # log (one access line per request, with the client's address) in
-# $STATE/log/registry.log. Sourced by contrib/minicluster/minicluster, whose
-# globals and helpers these functions use.
+# $STATE/log/registry.log. A second instance on port 5001 serves the same
+# data only to a client with credentials (htpasswd auth: one user, its
+# bcrypt hash made by apache2-utils' htpasswd, the password random per
+# cluster; `registry creds` prints USER:PASSWORD), its log in
+# $STATE/log/registry-auth.log. Sourced by contrib/minicluster/minicluster,
+# whose globals and helpers these functions use.
 
 REGISTRY_PORT=5000
+REGISTRY_AUTH_PORT=5001
+REGISTRY_AUTH_USER=stagehand-test
 
-registry_addr() { echo "$NET.2:$REGISTRY_PORT"; }
+registry_addr() { # [--auth]
+    if [ "${1:-}" = --auth ]; then echo "$NET.2:$REGISTRY_AUTH_PORT"; else echo "$NET.2:$REGISTRY_PORT"; fi
+}
 
-registry_up() { ns_run ctl bash -c "exec 3<>/dev/tcp/$NET.2/$REGISTRY_PORT" 2>/dev/null; }
+registry_up() { # [PORT]
+    ns_run ctl bash -c "exec 3<>/dev/tcp/$NET.2/${1:-$REGISTRY_PORT}" 2>/dev/null
+}
+
+# The auth instance's USER:PASSWORD, made once per cluster state (0600).
+registry_creds() {
+    local f=$STATE/registry/creds
+    if [ ! -s "$f" ]; then
+        mkdir -p "$STATE/registry"
+        (umask 077 && printf '%s:%s\n' "$REGISTRY_AUTH_USER" \
+            "$(head -c 18 /dev/urandom | base64 | tr -d '/+=')" >"$f")
+    fi
+    cat "$f"
+}
+
+# Start instance NAME (registry or registry-auth) with config CONF on PORT.
+registry_serve() { # name conf port
+    if pid_alive "$(read_pid "$1")"; then
+        return 0
+    fi
+    # nsenter itself (no shell function in between) so that the recorded
+    # PID is the registry's: nsenter execs it.
+    nsenter --net="/run/netns/$NAME-st" -- /usr/bin/docker-registry serve "$2" \
+        </dev/null >>"$STATE/log/$1.log" 2>&1 &
+    record_pid "$1" $!
+    wait_for "$1" 15 registry_up "$3" || daemon_failed "$1" "$STATE/log/$1.log"
+}
 
 registry_start() {
     [ -f "$STATE/up" ] || die "registry: the cluster is not up"
     command -v docker-registry >/dev/null || die "registry: docker-registry is not installed (contrib/setup.sh)"
-    if pid_alive "$(read_pid registry)"; then
-        log "registry: already running at $(registry_addr)"
-        return 0
-    fi
+    command -v htpasswd >/dev/null || die "registry: htpasswd is not installed (apache2-utils; contrib/setup.sh)"
     # The storage host exists with --shared sshfs; else it is made for the
     # registry alone (a network namespace, no mount namespace).
     [ -e "/run/netns/$NAME-st" ] || make_netns st
@@ -37,13 +68,21 @@ storage:
 http:
   addr: $(registry_addr)
 CONF
-    # nsenter itself (no shell function in between) so that the recorded
-    # PID is the registry's: nsenter execs it.
-    nsenter --net="/run/netns/$NAME-st" -- /usr/bin/docker-registry serve "$STATE/registry/config.yml" \
-        </dev/null >>"$STATE/log/registry.log" 2>&1 &
-    record_pid registry $!
-    wait_for "registry" 15 registry_up || daemon_failed registry "$STATE/log/registry.log"
-    log "registry: up at $(registry_addr) (log $STATE/log/registry.log)"
+    local creds
+    creds=$(registry_creds)
+    htpasswd -Bbc "$STATE/registry/htpasswd" "${creds%%:*}" "${creds#*:}" 2>/dev/null ||
+        die "registry: htpasswd failed"
+    sed -e "s|^  addr: .*|  addr: $(registry_addr --auth)|" "$STATE/registry/config.yml" \
+        >"$STATE/registry/config-auth.yml"
+    cat >>"$STATE/registry/config-auth.yml" <<CONF
+auth:
+  htpasswd:
+    realm: minicluster
+    path: $STATE/registry/htpasswd
+CONF
+    registry_serve registry "$STATE/registry/config.yml" "$REGISTRY_PORT"
+    registry_serve registry-auth "$STATE/registry/config-auth.yml" "$REGISTRY_AUTH_PORT"
+    log "registry: up at $(registry_addr) (log $STATE/log/registry.log), with credentials at $(registry_addr --auth) (log $STATE/log/registry-auth.log)"
 }
 
 # Build a small image from a root of a few files (a marker naming REPO:TAG
@@ -76,10 +115,13 @@ cmd_registry() {
         start) registry_start ;;
         stop)
             stop_pid registry
+            stop_pid registry-auth
             ! registry_up || die "registry: still answering at $(registry_addr)"
+            ! registry_up "$REGISTRY_AUTH_PORT" || die "registry: still answering at $(registry_addr --auth)"
             log "registry: stopped" ;;
         push) shift; registry_push "$@" ;;
-        addr) registry_addr ;;
-        *) die "registry: expected start, stop, push REPO:TAG [SIZE_KIB] or addr" ;;
+        addr) shift; registry_addr "$@" ;;
+        creds) registry_creds ;;
+        *) die "registry: expected start, stop, push REPO:TAG [SIZE_KIB], addr [--auth] or creds" ;;
     esac
 }
