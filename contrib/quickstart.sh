@@ -6,7 +6,9 @@
 #     sbatch -N3 --stage-image=/shared/images/rootfs.sqsh:/nvme/images/rootfs.sqsh
 # then show that every node holds a byte-identical, readable image, re-submit
 # to show the no-op path (each job's output starts with stagehand's summary
-# line and the time it took), and leave the cluster up.
+# line and the time it took), stage it once more without a destination, into
+# the node image cache (cache=/nvme/stagehand-cache in the cluster's
+# plugstack line), and leave the cluster up.
 #
 #   contrib/quickstart.sh [--stack bookworm|trixie] [--nodes K]
 #
@@ -45,7 +47,9 @@ step "install packages, build ($stack), install into $STAGEHAND_PREFIX"
 contrib/setup.sh --install --stack "$stack"
 
 step "bring up the $nodes-node test cluster ($stack)"
-"$MC" up --nodes "$nodes" --stack "$stack"
+cache=/nvme/stagehand-cache
+MINICLUSTER_PLUGIN_ARGS="${MINICLUSTER_PLUGIN_ARGS:-} cache=$cache" \
+    "$MC" up --nodes "$nodes" --stack "$stack"
 eval "$("$MC" env)"
 user=$MINICLUSTER_USER
 shared=$MINICLUSTER_SHARED
@@ -104,11 +108,11 @@ srun -N"$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 \
 EOF
 chmod 0755 "$shared/quickstart-job.sh"
 
-run_job() { # label
+run_job() { # label [image]
     local out=$shared/quickstart-$1.out
     rm -f "$out"
     as_user sbatch --wait -N"$nodes" -o "$out" --stage-verbose \
-        --stage-image="$img:/nvme/images/rootfs.sqsh" "$shared/quickstart-job.sh" >/dev/null
+        --stage-image="${2:-$img:/nvme/images/rootfs.sqsh}" "$shared/quickstart-job.sh" >/dev/null
     echo "job output ($1; the first line is stagehand's summary with the staging time):"
     sed 's/^/    /' "$out"
 }
@@ -132,6 +136,11 @@ step "re-submit the same job (no-op: every node is current)"
 run_job again
 echo "(each node that is current is done on its own, without waiting for the others: the summary above is n1's, the"
 echo " batch node's; the other nodes' lines are in $MINICLUSTER_STATE/log/slurmd.nX.log)"
+
+step "sbatch -N$nodes --stage-image=$img (no destination: the node image cache, $cache)"
+run_job cache "$img"
+echo "the cache on n1 (stagehand-cache(8); one read-only entry per content, shared by every job whose user can read SRC):"
+"$MC" exec n1 -- "${STAGEHAND_PREFIX:-/opt/stagehand}/sbin/stagehand-cache" --cache "$cache" list | sed 's/^/    /'
 
 step "done"
 cat <<EOF

@@ -266,10 +266,18 @@ static int step_source(struct agent *a, struct image_run *r)
                  sh_ctl_name(a->ctl, 0));
         bad = 1;
     } else {
-        bad = sh_src_decode(first.entry[0].data, first.entry[0].len, r->src, &r->id, err,
-                            sizeof(err)) != 0;
+        char why[SH_STATUS_LINE_MAX / 2];
+
+        /* The reader's finding, named by image and node as every node-side
+         * failure is: "image /nvme/x: n1: source /x: No such file or
+         * directory". */
+        bad = sh_src_decode(first.entry[0].data, first.entry[0].len, r->src, &r->id, why,
+                            sizeof(why)) != 0;
         if (!bad && r->image)
-            bad = pinned_from(&first.entry[0], r, err, sizeof(err)) != 0;
+            bad = pinned_from(&first.entry[0], r, why, sizeof(why)) != 0;
+        if (bad)
+            snprintf(err, sizeof(err), "image %.1000s: %s: %s", r->dst, sh_ctl_name(a->ctl, 0),
+                     why);
     }
     sh_ctl_result_free(&first);
     if (bad) {

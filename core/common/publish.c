@@ -151,11 +151,19 @@ static void reset(struct sh_publish *p)
     p->tmp_live = 0;
 }
 
+/* A copy whose group is not SRC's: its group may do what everyone may (the
+ * "other" bits), never more; a group with fewer rights than everyone would
+ * shut out exactly the members of the user's own group. */
+static mode_t group_as_other(mode_t m)
+{
+    return (m & ~(mode_t)070) | ((m & 07) << 3);
+}
+
 mode_t sh_copy_mode(mode_t src_mode, mode_t umask_bits, int same_group)
 {
     mode_t m = src_mode & 0777 & ~umask_bits;
 
-    return same_group ? m : m & ~(mode_t)070;
+    return same_group ? m : group_as_other(m);
 }
 
 int sh_publish_tighten(int fd, const struct stat *st, mode_t want)
@@ -169,7 +177,7 @@ int sh_publish_tighten(int fd, const struct stat *st, mode_t want)
 
 /* The temp file @fd gets exactly @mode (permission bits) and, when @gid is
  * not (gid_t)-1 and differs from the group it was created with, group @gid;
- * when that group cannot be set, no group bits. */
+ * when that group cannot be set, the group gets the other bits only. */
 static int set_mode(int fd, mode_t mode, gid_t gid)
 {
     struct stat st;
@@ -178,7 +186,7 @@ static int set_mode(int fd, mode_t mode, gid_t gid)
         if (fstat(fd, &st) != 0)
             return -1;
         if (st.st_gid != gid && fchown(fd, (uid_t)-1, gid) != 0)
-            mode &= ~(mode_t)070;
+            mode = group_as_other(mode);
     }
     return fchmod(fd, mode & 0777);
 }

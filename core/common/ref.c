@@ -259,10 +259,15 @@ int sh_ref_parse(const char *text, size_t len, const char *default_registry,
         }
         if (ref->registry[0] == '\0') {
             if (default_registry == NULL || default_registry[0] == '\0') {
+                /* "reg:5000" or "reg.example" alone: a registry, no repository */
+                bool host_only = slash == NULL && (memchr(text, '.', len) != NULL ||
+                                                   memchr(text, ':', len) != NULL);
+
                 sh_errf(err, errlen,
                         "'%s' names no registry and the site sets no "
-                        "default_registry (write docker://REGISTRY/REPO[:TAG])",
-                        show_part(text, len, show, sizeof(show)));
+                        "default_registry (write docker://REGISTRY/REPO[:TAG])%s",
+                        show_part(text, len, show, sizeof(show)),
+                        host_only ? "; if it is the registry, the repository is missing" : "");
                 return inval();
             }
             if (check_registry(default_registry, strlen(default_registry), ref, err,

@@ -291,10 +291,17 @@ static int scan_image(const char **pp, struct raw_image *ri, char *err,
                 snprintf(item, sizeof(item), "%.*s",
                          n < sizeof(item) ? (int)n : (int)sizeof(item) - 1,
                          start);
+                size_t scheme = strspn(item, "abcdefghijklmnopqrstuvwxyz");
+
+                /* "docker:/x", "https://x": a scheme stagehand does not
+                 * read, so its ':' counted as SRC:DST's */
                 sh_errf(err, errlen,
                        "more than one unescaped ':' in '%s' (SRC:DST has one "
-                       "':'; write a ':' that is part of a path as '\\:')",
-                       sh_spec_display(item, show, sizeof(show)));
+                       "':'; write a ':' that is part of a path as '\\:')%s",
+                       sh_spec_display(item, show, sizeof(show)),
+                       scheme > 0 && item[scheme] == ':' && item[scheme + 1] == '/'
+                           ? "; a registry image is written docker://REGISTRY/REPO[:TAG]"
+                           : "");
                 goto inval;
             }
             ri->has_dst = true;

@@ -97,7 +97,7 @@ void sh_bcast_usage(FILE *out)
 "  -V, --version            print the version\n"
 "\n"
 "DST gets SRC's permission bits minus the umask (never setuid, setgid or\n"
-"sticky), and no group bits unless its group can be SRC's.\n"
+"sticky); unless its group can be SRC's, its group gets the other bits.\n"
 "\n"
 "Exit status: 0 success (also when every copy was already current),\n"
 "1 internal or MPI error, 2 usage error, 3 source error (missing, unreadable,\n"

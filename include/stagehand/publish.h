@@ -52,8 +52,9 @@ int sh_publish_open_dir(const char *dst, mode_t parent_mode, int *dirfd,
 
 /* The permission bits of a copy of a file with mode @src_mode for a user
  * whose umask is @umask_bits: SRC's rwx bits (never setuid, setgid or
- * sticky) minus the umask, and no group bits unless @same_group (the copy's
- * group is SRC's). A copy is never readable by anyone SRC keeps out
+ * sticky) minus the umask; unless @same_group (the copy's group is SRC's),
+ * the group bits are the other bits (0664 gives 0644: what everyone may, the
+ * copy's group may). A copy is never readable by anyone SRC keeps out
  * (issue 30). Pure. */
 mode_t sh_copy_mode(mode_t src_mode, mode_t umask_bits, int same_group);
 
@@ -67,7 +68,8 @@ int sh_publish_tighten(int fd, const struct stat *st, mode_t want);
  * @io may be NULL (real syscalls). The file is created 0600 and gets
  * exactly the permission bits @mode (no umask applied: the caller's
  * sh_copy_mode) before any data; when @gid is not (gid_t)-1 it also gets
- * group @gid, or, if the user cannot give it that group, no group bits.
+ * group @gid, or, if the user cannot give it that group, group bits equal
+ * to the other bits.
  * On success @p owns the temp file. Returns 0, or -1 with errno:
  * EEXIST/ELOOP (a file or symlink already has the temp name, case F17b),
  * ENOSPC/EDQUOT (fallocate: DST full, case F14), ENAMETOOLONG, or open(2)'s

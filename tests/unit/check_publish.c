@@ -330,9 +330,13 @@ START_TEST(copy_mode_follows_source)
     /* never setuid, setgid or sticky; the file type goes too */
     ck_assert_uint_eq(sh_copy_mode(S_IFREG | 04755, 022, 1), 0755);
     ck_assert_uint_eq(sh_copy_mode(07777, 0, 1), 0777);
-    /* a copy whose group is not SRC's gets no group bits */
+    /* a copy whose group is not SRC's: its group gets the other bits only,
+     * never SRC's group bits, and never fewer than everyone has */
     ck_assert_uint_eq(sh_copy_mode(0640, 022, 0), 0600);
-    ck_assert_uint_eq(sh_copy_mode(0664, 002, 0), 0604);
+    ck_assert_uint_eq(sh_copy_mode(0664, 002, 0), 0644);
+    ck_assert_uint_eq(sh_copy_mode(0644, 022, 0), 0644);
+    ck_assert_uint_eq(sh_copy_mode(0674, 0, 0), 0644);
+    ck_assert_uint_eq(sh_copy_mode(0605, 0, 0), 0655);
 }
 END_TEST
 
@@ -360,12 +364,17 @@ START_TEST(begin_sets_exact_mode)
     /* still writable through its descriptor */
     ck_assert_int_eq(sh_publish_write(&p, "abcd", 4, 0), 0);
     sh_publish_abort(&p);
-    /* a group the user cannot give it: no group bits */
+    /* a group the user cannot give it: the group gets the other bits only */
     if (getuid() != 0) {
         ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "m3", "42", "n1", 4, 0640,
                                           (gid_t)4242), 0);
         ck_assert_int_eq(fstat(p.fd, &st), 0);
         ck_assert_uint_eq(st.st_mode & 07777, 0600);
+        sh_publish_abort(&p);
+        ck_assert_int_eq(sh_publish_begin(&p, &ops, dirfd_, "m4", "42", "n1", 4, 0664,
+                                          (gid_t)4242), 0);
+        ck_assert_int_eq(fstat(p.fd, &st), 0);
+        ck_assert_uint_eq(st.st_mode & 07777, 0644);
         sh_publish_abort(&p);
     }
     umask(old);

@@ -101,6 +101,13 @@ static const struct value_case corpus[] = {
     { "", EINVAL, "empty value", 0, { NULL }, { NULL } },
     /* registry images: the bad part is named */
     { "docker://app:1.0", EINVAL, "names no registry", 0, { NULL }, { NULL } },
+    /* a registry without a repository, and a scheme stagehand does not read */
+    { "docker://reg:5000", EINVAL, "if it is the registry, the repository is missing", 0,
+      { NULL }, { NULL } },
+    { "docker:/r.x/a:1", EINVAL, "a registry image is written docker://", 0, { NULL },
+      { NULL } },
+    { "https://r.x/a:1", EINVAL, "a registry image is written docker://", 0, { NULL },
+      { NULL } },
     { "docker://reg.example/App:1", EINVAL, "component 'App' is not lower case", 0,
       { NULL }, { NULL } },
     { "docker://reg.example/a..b", EINVAL, "component 'a..b' is not valid", 0, { NULL },
