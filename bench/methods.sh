@@ -273,6 +273,77 @@ run_fabric() { # size src dst
     done
 }
 
+# ------------------------------------------------------------ --scale -----
+# The link-bound regime at scale (issue 35 item 1): links shaped so slow
+# that the host's 2 CPUs never limit, even with 32 nodes and other work on
+# the host. Rows go to $scsv: the plugin (sbatch --stage-image: job start to
+# the job script's first step, and the agent's own staging time) and the
+# standalone chain (srun of the engine at the same segment size, its phases
+# and CPU seconds by role, so each run shows how far from CPU-bound it was).
+srow() { echo "$*" | tr ' ' ',' >>"$scsv"; }
+
+run_scale_plugin() { # size nodes rep src dst
+    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 first job prolog ok
+    clean_dst $((n * size << 20))
+    mem_mark
+    s0=$(storage_rchar)
+    read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
+    s1=$(storage_rchar)
+    [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
+    say "plugin N=$n rep $rep: job start to first step ${first:-?} s, agent ${prolog:-?} s, $(mem_note)"
+    srow "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "$prolog" "- - - - - - -" "$(load1)" "$(host_busy_pct)"
+}
+
+run_scale_chain() { # size nodes rep src dst
+    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1 res=""
+    clean_dst $((n * size << 20))
+    mem_mark
+    s0=$(storage_rchar)
+    t0=$(now)
+    as_user timeout 1800 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 --mpi=pmix \
+        --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
+        --algorithm=chain --segment-size="$segment" --timeout=1500s --json \
+        >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
+    t1=$(now)
+    s1=$(storage_rchar)
+    if [ "$ok" = 1 ]; then
+        # "total start-up transfer cpu_reader cpu_forwarder cpu_last
+        # cpu_max": the engine's own clock and CPU seconds (forwarder: the
+        # mean of the inner ranks; cpu_max: the busiest rank)
+        res=$(python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); s = d["seconds"]
+if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
+    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
+    cpu = [r["cpu"] for r in nr]
+    mid = cpu[1:-1]
+    print("%.3f %.3f %.3f %.3f %s %.3f %.3f" % (s["total"], s["start-up"], s["transfer"], cpu[0],
+          "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1], max(cpu)))' "$scratch/engine.json" 2>/dev/null || true)
+        [ -n "$res" ] || ok=0
+    fi
+    [ "$ok" = 1 ] || { say "chain N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }
+    say "chain N=$n rep $rep: $(sub "$t0" "$t1") s (engine total start-up transfer cpu: $res)"
+    srow "$size" chain "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "-" "$res" "$(load1)" "$(host_busy_pct)"
+}
+
+# Every N of --nodes within each repetition (2, 16, 32, 2, 16, 32, ...),
+# each with the plugin and then the chain: alternating, so a slower minute
+# of the shared host falls on every N alike, and T(32) / T(2) compares runs
+# minutes apart.
+run_scale() { # size src dst
+    local size=$1 src=$2 dst=$3 n rep
+    for ((rep = 1; rep <= reps; rep++)); do
+        for n in $nodes; do
+            say "scale: S=$size MiB N=$n rep $rep: $methods (load $(load1))"
+            alloc=$(open_alloc "$n")
+            [ -n "$alloc" ] || { echo "bench/run.sh: salloc failed" >&2; exit 1; }
+            if has plugin; then run_scale_plugin "$size" "$n" "$rep" "$src" "$dst"; fi
+            if has chain; then run_scale_chain "$size" "$n" "$rep" "$src" "$dst"; fi
+            scancel "$alloc"
+            alloc=""
+        done
+    done
+}
+
 # ------------------------------------------------------------ --registry --
 # Job start for a registry image (issue 36 item 6), rows to $rcsv: stagehand
 # (sbatch --stage-image=docker://REF:DST: node 0 resolves the tag and runs
