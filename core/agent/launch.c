@@ -128,8 +128,10 @@ static void engine_killed_line(const char *path, char *buf, size_t len)
 /* The first error line our engine wrote to its log (@path), its own
  * account of why it failed ("stagehand-bcast job=J node=N rank=R [phase]
  * error: ..."; later error lines are mostly consequences of the first),
- * without the newline, into @buf ("" when there is none). The log is in the
- * runtime directory, which goes with the job: this line is what is left. */
+ * without the newline, into @buf; without one, the log's last line of text
+ * (an MPI library that ends the process writes its own message, not ours);
+ * "" when the log is empty. The log is in the runtime directory, which goes
+ * with the job: this line is what is left. */
 static void engine_error_line(const char *path, char *buf, size_t len)
 {
     char line[512];
@@ -139,10 +141,15 @@ static void engine_error_line(const char *path, char *buf, size_t len)
     if (f == NULL)
         return;
     while (fgets(line, sizeof(line), f) != NULL) {
+        size_t n = strcspn(line, "\n");
+
         if (strstr(line, " error: ") != NULL) {
-            snprintf(buf, len, "%.*s", (int)strcspn(line, "\n"), line);
+            snprintf(buf, len, "%.*s", (int)n, line);
             break;
         }
+        /* the last line with text: not blank, not a rule of dashes */
+        if (line[strspn(line, " \t-")] != '\n' && line[strspn(line, " \t-")] != '\0')
+            snprintf(buf, len, "%.*s", (int)n, line);
     }
     fclose(f);
 }
