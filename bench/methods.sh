@@ -168,6 +168,26 @@ run_noop() { # size nodes reps src dst: option with all nodes current vs none
 
 has() { [[ " $methods " == *" $1 "* ]]; }
 
+# The engine's JSON summary $1 of a run that copied to every node, as "total
+# start-up transfer cpu_reader cpu_forwarder cpu_last cpu_max cpu_write
+# cpu_read" (seconds; the CPU of rank 0, the mean of the inner ranks ("-" at
+# N=2), the last rank, the busiest rank, the writer threads' mean over the
+# ranks (hashing and writing DST; "-" if not reported), rank 0's reader
+# threads); nothing for a failed run.
+engine_summary() {
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); s = d["seconds"]
+if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
+    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
+    cpu = [r["cpu"] for r in nr]
+    mid = cpu[1:-1]
+    wr = [r.get("cpu_write") for r in nr]
+    print("%.3f %.3f %.3f %.3f %s %.3f %.3f %s %s" % (s["total"], s["start-up"], s["transfer"],
+          cpu[0], "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1], max(cpu),
+          "%.3f" % (sum(wr) / len(wr)) if None not in wr else "-",
+          "%.3f" % nr[0]["cpu_read"] if "cpu_read" in nr[0] else "-"))' "$1" 2>/dev/null || true
+}
+
 # ------------------------------------------------------------ --fabric ----
 # The unshaped regime (issue 32): links as fast as the host's loopback and
 # cores allow, where the engine's own CPU cost per byte decides. Rows go to
@@ -202,17 +222,9 @@ run_fabric_engine() { # size nodes rep alg pml src dst
         # cpu_read" (forwarder: the mean of the inner ranks, "-" at N=2;
         # cpu_write: the writer threads' CPU (hashing and writing DST), mean
         # over the ranks; cpu_read: the reader rank's reader threads)
-        res=$(python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); s = d["seconds"]
-if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
-    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
-    cpu = [r["cpu"] for r in nr]
-    mid = cpu[1:-1]
-    wr = [r.get("cpu_write") for r in nr]
-    print("%.3f %.3f %.3f %s %.3f %s %s" % (s["total"], s["transfer"], cpu[0],
-          "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1],
-          "%.3f" % (sum(wr) / len(wr)) if None not in wr else "-",
-          "%.3f" % nr[0]["cpu_read"] if "cpu_read" in nr[0] else "-"))' "$scratch/engine.json" 2>/dev/null || true)
+        local e
+        read -ra e < <(engine_summary "$scratch/engine.json")
+        [ "${#e[@]}" = 9 ] && res="${e[0]} ${e[2]} ${e[3]} ${e[4]} ${e[5]} ${e[7]} ${e[8]}"
         [ -n "$res" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "$alg/$pml N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }
@@ -310,14 +322,9 @@ run_scale_chain() { # size nodes rep src dst
         # "total start-up transfer cpu_reader cpu_forwarder cpu_last
         # cpu_max": the engine's own clock and CPU seconds (forwarder: the
         # mean of the inner ranks; cpu_max: the busiest rank)
-        res=$(python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); s = d["seconds"]
-if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
-    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
-    cpu = [r["cpu"] for r in nr]
-    mid = cpu[1:-1]
-    print("%.3f %.3f %.3f %.3f %s %.3f %.3f" % (s["total"], s["start-up"], s["transfer"], cpu[0],
-          "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1], max(cpu)))' "$scratch/engine.json" 2>/dev/null || true)
+        local e
+        read -ra e < <(engine_summary "$scratch/engine.json")
+        [ "${#e[@]}" = 9 ] && res="${e[*]:0:7}"
         [ -n "$res" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "chain N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }

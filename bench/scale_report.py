@@ -25,7 +25,7 @@ import sys
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model import chain  # noqa: E402  (bench/model.py, next to this file)
+from model import chain, rates, read_calib  # noqa: E402  (bench/model.py, next to this file)
 
 
 def num(v):
@@ -41,17 +41,12 @@ def main():
     ap.add_argument("--calib", required=True)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    cal = {}
-    for line in open(a.calib):
-        if "=" in line:
-            k, v = line.strip().split("=", 1)
-            cal[k] = v
-    Bl = float(cal["link_raw_MBps"]) * 1e6
-    Bw = float(cal["local_write_MBps"]) * 1e6
+    cal = read_calib(a.calib)
+    Bl, B = rates(cal)
     # as bench/model.py: the storage as read by two clients at once (the
     # engine keeps --read-ahead reads in flight; one dd stream is slower)
     Br = float(cal["storage_2readers_MBps"]) * 1e6
-    B = min(Bl, Br, Bw)
+    Bw = float(cal["local_write_MBps"]) * 1e6
     s = float(cal.get("segment_bytes", 1 << 19))
     rows = list(csv.DictReader(open(a.csv)))
     t = defaultdict(list)
