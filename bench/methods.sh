@@ -168,6 +168,22 @@ run_noop() { # size nodes reps src dst: option with all nodes current vs none
 
 has() { [[ " $methods " == *" $1 "* ]]; }
 
+# One engine step on n[1-N] of the allocation $alloc: srun of stagehand-bcast
+# from SRC to DST (--check=never, --json) with the VAR=VALUE words before
+# "--" as its environment and the words after it as further options; srun's
+# own limit LIMIT seconds; the JSON summary and the log into
+# $scratch/engine.json and engine.err. Fails when srun does.
+# --kill-on-bad-exit: a rank that dies ends the step at once.
+engine_step() { # nodes src dst limit [VAR=VALUE...] -- [option...]
+    local n=$1 src=$2 dst=$3 lim=$4 envs=()
+    shift 4
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    as_user env "${envs[@]}" timeout "$lim" srun --jobid="$alloc" -N"$n" -n"$n" \
+        --ntasks-per-node=1 --mpi=pmix --kill-on-bad-exit=1 "$engine" --source "$src" \
+        --dest "$dst" --check=never --json "$@" >"$scratch/engine.json" 2>"$scratch/engine.err"
+}
+
 # The engine's JSON summary $1 of a run that copied to every node, as "total
 # start-up transfer cpu_reader cpu_forwarder cpu_last cpu_max cpu_write
 # cpu_read" (seconds; the CPU of rank 0, the mean of the inner ranks ("-" at
@@ -212,10 +228,8 @@ run_fabric_engine() { # size nodes rep alg pml src dst
     clean_dst $((n * size << 20))
     mem_mark
     t0=$(now)
-    as_user env "${penv[@]}" timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 \
-        --mpi=pmix --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
-        --algorithm="$alg" --timeout=$((60 + size / 4))s --json \
-        >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
+    engine_step "$n" "$src" "$dst" 900 "${penv[@]}" -- --algorithm="$alg" \
+        --timeout=$((60 + size / 4))s || ok=0
     t1=$(now)
     if [ "$ok" = 1 ]; then
         # "total transfer cpu_reader cpu_forwarder cpu_last cpu_write
@@ -312,10 +326,8 @@ run_scale_chain() { # size nodes rep src dst
     mem_mark
     s0=$(storage_rchar)
     t0=$(now)
-    as_user timeout 1800 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 --mpi=pmix \
-        --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
-        --algorithm=chain --segment-size="$segment" --timeout=1500s --json \
-        >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
+    engine_step "$n" "$src" "$dst" 1800 -- --algorithm=chain --segment-size="$segment" \
+        --timeout=1500s || ok=0
     t1=$(now)
     s1=$(storage_rchar)
     if [ "$ok" = 1 ]; then
