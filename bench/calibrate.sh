@@ -56,7 +56,7 @@ local_write() { # bytes: dd to node n1's /nvme with fsync
 }
 
 
-cal_bytes=$((256 << 20))
+cal_bytes=$((${cal_mib:-256} << 20))
 clean_dst
 if [ "$smoke" = 1 ]; then
     : # the smoke run checks correctness and storage bytes only
@@ -121,6 +121,8 @@ host_exec_ms_start=$probe_exec
 host_fault_us_start=$probe_fault
 rate_steps=$rate_steps
 rates_given=$((1 - auto_rate))
+segment_bytes=$(numfmt --from=iec "${segment:-512K}")
+cal_bytes=$cal_bytes
 EOF
 limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
 {

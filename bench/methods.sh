@@ -168,6 +168,42 @@ run_noop() { # size nodes reps src dst: option with all nodes current vs none
 
 has() { [[ " $methods " == *" $1 "* ]]; }
 
+# One engine step on n[1-N] of the allocation $alloc: srun of stagehand-bcast
+# from SRC to DST (--check=never, --json) with the VAR=VALUE words before
+# "--" as its environment and the words after it as further options; srun's
+# own limit LIMIT seconds; the JSON summary and the log into
+# $scratch/engine.json and engine.err. Fails when srun does.
+# --kill-on-bad-exit: a rank that dies ends the step at once.
+engine_step() { # nodes src dst limit [VAR=VALUE...] -- [option...]
+    local n=$1 src=$2 dst=$3 lim=$4 envs=()
+    shift 4
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    shift
+    as_user env "${envs[@]}" timeout "$lim" srun --jobid="$alloc" -N"$n" -n"$n" \
+        --ntasks-per-node=1 --mpi=pmix --kill-on-bad-exit=1 "$engine" --source "$src" \
+        --dest "$dst" --check=never --json "$@" >"$scratch/engine.json" 2>"$scratch/engine.err"
+}
+
+# The engine's JSON summary $1 of a run that copied to every node, as "total
+# start-up transfer cpu_reader cpu_forwarder cpu_last cpu_max cpu_write
+# cpu_read" (seconds; the CPU of rank 0, the mean of the inner ranks ("-" at
+# N=2), the last rank, the busiest rank, the writer threads' mean over the
+# ranks (hashing and writing DST; "-" if not reported), rank 0's reader
+# threads); nothing for a failed run.
+engine_summary() {
+    python3 -c 'import json, sys
+d = json.load(open(sys.argv[1])); s = d["seconds"]
+if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
+    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
+    cpu = [r["cpu"] for r in nr]
+    mid = cpu[1:-1]
+    wr = [r.get("cpu_write") for r in nr]
+    print("%.3f %.3f %.3f %.3f %s %.3f %.3f %s %s" % (s["total"], s["start-up"], s["transfer"],
+          cpu[0], "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1], max(cpu),
+          "%.3f" % (sum(wr) / len(wr)) if None not in wr else "-",
+          "%.3f" % nr[0]["cpu_read"] if "cpu_read" in nr[0] else "-"))' "$1" 2>/dev/null || true
+}
+
 # ------------------------------------------------------------ --fabric ----
 # The unshaped regime (issue 32): links as fast as the host's loopback and
 # cores allow, where the engine's own CPU cost per byte decides. Rows go to
@@ -192,27 +228,17 @@ run_fabric_engine() { # size nodes rep alg pml src dst
     clean_dst $((n * size << 20))
     mem_mark
     t0=$(now)
-    as_user env "${penv[@]}" timeout 900 srun --jobid="$alloc" -N"$n" -n"$n" --ntasks-per-node=1 \
-        --mpi=pmix --kill-on-bad-exit=1 "$engine" --source "$src" --dest "$dst" --check=never \
-        --algorithm="$alg" --timeout=$((60 + size / 4))s --json \
-        >"$scratch/engine.json" 2>"$scratch/engine.err" || ok=0
+    engine_step "$n" "$src" "$dst" 900 "${penv[@]}" -- --algorithm="$alg" \
+        --timeout=$((60 + size / 4))s || ok=0
     t1=$(now)
     if [ "$ok" = 1 ]; then
         # "total transfer cpu_reader cpu_forwarder cpu_last cpu_write
         # cpu_read" (forwarder: the mean of the inner ranks, "-" at N=2;
         # cpu_write: the writer threads' CPU (hashing and writing DST), mean
         # over the ranks; cpu_read: the reader rank's reader threads)
-        res=$(python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); s = d["seconds"]
-if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
-    nr = [r["seconds"] for r in sorted(d["node_results"], key=lambda r: r["rank"])]
-    cpu = [r["cpu"] for r in nr]
-    mid = cpu[1:-1]
-    wr = [r.get("cpu_write") for r in nr]
-    print("%.3f %.3f %.3f %s %.3f %s %s" % (s["total"], s["transfer"], cpu[0],
-          "%.3f" % (sum(mid) / len(mid)) if mid else "-", cpu[-1],
-          "%.3f" % (sum(wr) / len(wr)) if None not in wr else "-",
-          "%.3f" % nr[0]["cpu_read"] if "cpu_read" in nr[0] else "-"))' "$scratch/engine.json" 2>/dev/null || true)
+        local e
+        read -ra e < <(engine_summary "$scratch/engine.json")
+        [ "${#e[@]}" = 9 ] && res="${e[0]} ${e[2]} ${e[3]} ${e[4]} ${e[5]} ${e[7]} ${e[8]}"
         [ -n "$res" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "$alg/$pml N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }
@@ -270,6 +296,70 @@ run_fabric() { # size src dst
         done
         scancel "$alloc"
         alloc=""
+    done
+}
+
+# ------------------------------------------------------------ --scale -----
+# The link-bound regime at scale (issue 35 item 1): links shaped so slow
+# that the host's 2 CPUs never limit, even with 32 nodes and other work on
+# the host. Rows go to $scsv: the plugin (sbatch --stage-image: job start to
+# the job script's first step, and the agent's own staging time) and the
+# standalone chain (srun of the engine at the same segment size, its phases
+# and CPU seconds by role, so each run shows how far from CPU-bound it was).
+srow() { echo "$*" | tr ' ' ',' >>"$scsv"; }
+
+run_scale_plugin() { # size nodes rep src dst
+    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 first job prolog ok
+    clean_dst $((n * size << 20))
+    mem_mark
+    s0=$(storage_rchar)
+    read -r first job prolog ok < <(batch_job "$n" "$src" "$dst" 1)
+    s1=$(storage_rchar)
+    [ "$ok" = 1 ] && { dst_ok "$n" "$dst" "$((size << 20))" || ok=0; }
+    say "plugin N=$n rep $rep: job start to first step ${first:-?} s, agent ${prolog:-?} s, $(mem_note)"
+    srow "$size" plugin "$n" "$rep" "$first" "$ok" $((s1 - s0)) "$prolog" "- - - - - - -" "$(load1)" "$(host_busy_pct)"
+}
+
+run_scale_chain() { # size nodes rep src dst
+    local size=$1 n=$2 rep=$3 src=$4 dst=$5 s0 s1 t0 t1 ok=1 res=""
+    clean_dst $((n * size << 20))
+    mem_mark
+    s0=$(storage_rchar)
+    t0=$(now)
+    engine_step "$n" "$src" "$dst" 1800 -- --algorithm=chain --segment-size="$segment" \
+        --timeout=1500s || ok=0
+    t1=$(now)
+    s1=$(storage_rchar)
+    if [ "$ok" = 1 ]; then
+        # "total start-up transfer cpu_reader cpu_forwarder cpu_last
+        # cpu_max": the engine's own clock and CPU seconds (forwarder: the
+        # mean of the inner ranks; cpu_max: the busiest rank)
+        local e
+        read -ra e < <(engine_summary "$scratch/engine.json")
+        [ "${#e[@]}" = 9 ] && res="${e[*]:0:7}"
+        [ -n "$res" ] || ok=0
+    fi
+    [ "$ok" = 1 ] || { say "chain N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }
+    say "chain N=$n rep $rep: $(sub "$t0" "$t1") s (engine total start-up transfer cpu: $res)"
+    srow "$size" chain "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "-" "$res" "$(load1)" "$(host_busy_pct)"
+}
+
+# Every N of --nodes within each repetition (2, 16, 32, 2, 16, 32, ...),
+# each with the plugin and then the chain: alternating, so a slower minute
+# of the shared host falls on every N alike, and T(32) / T(2) compares runs
+# minutes apart.
+run_scale() { # size src dst
+    local size=$1 src=$2 dst=$3 n rep
+    for ((rep = 1; rep <= reps; rep++)); do
+        for n in $nodes; do
+            say "scale: S=$size MiB N=$n rep $rep: $methods (load $(load1))"
+            alloc=$(open_alloc "$n")
+            [ -n "$alloc" ] || { echo "bench/run.sh: salloc failed" >&2; exit 1; }
+            if has plugin; then run_scale_plugin "$size" "$n" "$rep" "$src" "$dst"; fi
+            if has chain; then run_scale_chain "$size" "$n" "$rep" "$src" "$dst"; fi
+            scancel "$alloc"
+            alloc=""
+        done
     done
 }
 

@@ -43,6 +43,24 @@ def tree(S, N, B, s, T0, a, Bl=None):
     return T0 + max(2 * S / Bl, S / B) + 2 * math.ceil(math.log2(max(N, 2))) * (s / Bl + a)
 
 
+def read_calib(path):
+    """bench/run.sh's calibration file (KEY=VALUE lines) as a dict."""
+    cal = {}
+    for line in open(path):
+        if "=" in line:
+            k, v = line.strip().split("=", 1)
+            cal[k] = v
+    return cal
+
+
+def rates(cal):
+    """(Bl, B) in bytes/s from a calibration: the link, and the bottleneck
+    B = min(link, the storage read by two clients, local write)."""
+    Bl = float(cal["link_raw_MBps"]) * 1e6
+    return Bl, min(Bl, float(cal["storage_2readers_MBps"]) * 1e6,
+                   float(cal["local_write_MBps"]) * 1e6)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default="bench/results/latest.csv")
@@ -56,14 +74,9 @@ def main():
                     help="node counts whose chain points the fit uses, e.g. \"2 4\" "
                          "(default: every N); the table still shows every point")
     a = ap.parse_args()
-    cal = {}
-    for line in open(a.calib):
-        if "=" in line:
-            k, v = line.strip().split("=", 1)
-            cal[k] = v
-    Bl = float(cal["link_raw_MBps"]) * 1e6
+    cal = read_calib(a.calib)
+    Bl, B = rates(cal)
     Bs = float(cal["storage_2readers_MBps"]) * 1e6
-    B = min(Bl, Bs, float(cal["local_write_MBps"]) * 1e6)
     s = a.segment or float(cal.get("segment_bytes", 1 << 19))
     runs = defaultdict(list)
     for r in csv.DictReader(open(a.csv)):

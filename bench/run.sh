@@ -17,11 +17,11 @@
 #
 # and for every run the bytes the storage host read (rchar of its sftp server
 # processes). Results: bench/results/latest.md, latest.csv, latest.png.
-# --fabric and --registry (below) are regimes of their own.
+# --fabric, --registry and --scale (below) are regimes of their own.
 #
-#   bench/run.sh [--smoke | --fabric | --registry] [--stack bookworm|trixie] [--sizes "256 1024"]
+#   bench/run.sh [--smoke | --fabric | --registry | --scale] [--stack bookworm|trixie] [--sizes "256 1024"]
 #                [--nodes "2 4 8"] [--reps 3] [--noop-reps 7] [--baseline-reps N]
-#                [--link RATE] [--storage RATE]
+#                [--link RATE] [--storage RATE] [--segment SIZE]
 #                [--methods "plugin chain bcast sbcast cp noop"]
 #                [--no-build] [--keep] [--out DIR]
 #
@@ -63,6 +63,22 @@
 # registry's bytes served (its access log), and writes
 # registry-<stack>-<date>.csv and .md (bench/registry_report.py) into --out.
 #
+# --scale: the link-bound regime at scale (issue 35 item 1): 256 MiB
+# (--sizes) at N = 2, 16, 32 (--nodes), --reps 2, the methods plugin and
+# chain (--methods), every N within each repetition (alternating) after a
+# warm-up staging to every node. Links shaped to 24mbit (3.0 MB/s) each way
+# and the storage host to 38mbit (1.6 x; --link, --storage): at that rate
+# 32 engines forwarding, writing and hashing take about 0.1 CPU s a second
+# in all (3 CPU s per GiB a node, fabric-cpu-2026-12-06.md), so the 2 host
+# cores, shared with other work, never limit; each chain run records its
+# ranks' CPU seconds to show it. Segments of 128K (--segment; the plugin
+# gets segment_size= in its plugstack, the chain --segment-size): the
+# pipeline's fill, (N-1) x segment / link, is 1.3 s at N = 32 at that rate
+# where the default 512K would cost 5.4 s (6 % of the 90 s staging). The
+# calibration moves 32 MiB per transfer (256 MiB would take 90 s a sample).
+# Writes scale-<stack>-<date>.csv and .md (bench/scale_report.py: medians,
+# T(N) / T(2) and bench/model.md's prediction) into --out.
+#
 # --smoke: CI variant (32 MiB, N=2, one repetition of plugin and chain, no
 # report files); exits non-zero when a broadcast fails or stagehand's storage
 # bytes are not 1.00 x S.
@@ -96,7 +112,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 mc="$top/contrib/minicluster/minicluster"
 rootfs="$top/contrib/minicluster/rootfs"
 
-smoke=0 fabric=0 registry=0 build=1 keep=0 stack=bookworm given_reps=0 given_methods=0 given_sizes=0
+smoke=0 fabric=0 registry=0 scale=0 segment=512K build=1 keep=0 stack=bookworm given_reps=0 given_methods=0 given_sizes=0 given_segment=0 given_nodes=0
 sizes="256 1024" nodes="2 4 8" reps=3 noop_reps=7 base_reps=""
 link=400mbit storage=80mbps auto_rate=1 rate_steps=""
 methods="plugin chain bcast sbcast cp noop"
@@ -106,9 +122,11 @@ while [ $# -gt 0 ]; do
         --smoke) smoke=1; shift ;;
         --fabric) fabric=1; shift ;;
         --registry) registry=1; shift ;;
+        --scale) scale=1; shift ;;
+        --segment) segment=${2:?}; given_segment=1; shift 2 ;;
         --stack) stack=${2:?}; shift 2 ;;
         --sizes) sizes=${2:?}; given_sizes=1; shift 2 ;;
-        --nodes) nodes=${2:?}; shift 2 ;;
+        --nodes) nodes=${2:?}; given_nodes=1; shift 2 ;;
         --reps) reps=${2:?}; given_reps=1; shift 2 ;;
         --noop-reps) noop_reps=${2:?}; shift 2 ;;
         --baseline-reps) base_reps=${2:?}; shift 2 ;;
@@ -134,7 +152,7 @@ export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-${d[2]}}
 export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-${d[3]}}
 build_dir=${BENCH_BUILD_DIR:-${d[4]}}
 shared=sshfs
-[ $((smoke + fabric + registry)) -le 1 ] || { echo "bench/run.sh: --smoke, --fabric and --registry exclude each other" >&2; exit 2; }
+[ $((smoke + fabric + registry + scale)) -le 1 ] || { echo "bench/run.sh: --smoke, --fabric, --registry and --scale exclude each other" >&2; exit 2; }
 if [ "$smoke" = 1 ]; then
     sizes=32 nodes=2 reps=1 methods="plugin chain"
     out=$(mktemp -d /tmp/stagehand-smoke.XXXXXX)
@@ -158,6 +176,21 @@ if [ "$registry" = 1 ]; then
     registry_out=$out
     mkdir -p "$registry_out"
     out=$(mktemp -d /tmp/stagehand-registry.XXXXXX)
+fi
+if [ "$scale" = 1 ]; then
+    [ "$given_sizes" = 1 ] || sizes=256
+    [ "$given_nodes" = 1 ] || nodes="2 16 32"
+    [ "$given_reps" = 1 ] || reps=2
+    [ "$given_methods" = 1 ] || methods="plugin chain"
+    [ "$given_segment" = 1 ] || segment=128K
+    if [ "$auto_rate" = 1 ]; then link=24mbit storage=38mbit auto_rate=0; fi
+    cal_mib=32
+    # the agent's engine at the same segment size; its deadline well above
+    # the slowest staging (256 MiB at 3 MB/s: 90 s)
+    export MINICLUSTER_PLUGIN_ARGS="timeout=1500s segment_size=$segment"
+    scale_out=$out
+    mkdir -p "$scale_out"
+    out=$(mktemp -d /tmp/stagehand-scale.XXXXXX)
 fi
 [ "$(id -u)" = 0 ] || { echo "bench/run.sh: must run as root (minicluster)" >&2; exit 2; }
 base_reps=${base_reps:-$reps}
@@ -394,6 +427,10 @@ if [ "$fabric" = 1 ]; then
     echo "size_mib,method,nodes,rep,seconds,ok,own_seconds,transfer_seconds,cpu_reader,cpu_forwarder,cpu_last,cpu_write,cpu_read,load1,host_cpu_busy_pct" >"$fcsv"
 fi
 rcsv="${registry_out:-$out}/registry-$stack-$(date -u +%Y-%m-%d).csv"
+scsv="${scale_out:-$out}/scale-$stack-$(date -u +%Y-%m-%d).csv"
+if [ "$scale" = 1 ]; then
+    echo "size_mib,method,nodes,rep,seconds,ok,storage_bytes,agent_seconds,engine_total,engine_startup,engine_transfer,cpu_reader,cpu_forwarder,cpu_last,cpu_max,load1,host_cpu_busy_pct" >"$scsv"
+fi
 if [ "$registry" = 1 ]; then
     echo "image_bytes,method,nodes,rep,seconds,ok,registry_bytes,registry_clients,first_seconds,agent_seconds,load1,host_reported_mib,host_cpu_busy_pct" >"$rcsv"
 fi
@@ -431,6 +468,13 @@ fi
 for size in $sizes; do
     if [ "$registry" = 1 ]; then
         run_registry "$size"
+        clean_dst
+        continue
+    fi
+    if [ "$scale" = 1 ]; then
+        src=$(mk_source "$size")
+        run_scale "$size" "$src" "/nvme/bench/img-$size.img"
+        rm -f "$export_dir/bench-$size.img"
         clean_dst
         continue
     fi
@@ -520,6 +564,7 @@ regime_report() { # csv report-script
     exit 0
 }
 if [ "$registry" = 1 ]; then regime_report "$rcsv" registry_report.py; fi
+if [ "$scale" = 1 ]; then regime_report "$scsv" scale_report.py; fi
 if [ "$fabric" = 1 ]; then regime_report "$fcsv" fabric_report.py; fi
 python3 "$top/bench/report.py" --csv "$csv" --calib "$calib" --out "$out"
 say "results: $out/latest.md, latest.csv, latest.png ($(($(date +%s) - t_start)) s)"

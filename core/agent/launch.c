@@ -125,6 +125,35 @@ static void engine_killed_line(const char *path, char *buf, size_t len)
     fclose(f);
 }
 
+/* The first error line our engine wrote to its log (@path), its own
+ * account of why it failed ("stagehand-bcast job=J node=N rank=R [phase]
+ * error: ..."; later error lines are mostly consequences of the first),
+ * without the newline, into @buf; without one, the log's last line of text
+ * (an MPI library that ends the process writes its own message, not ours);
+ * "" when the log is empty. The log is in the runtime directory, which goes
+ * with the job: this line is what is left. */
+static void engine_error_line(const char *path, char *buf, size_t len)
+{
+    char line[512];
+    FILE *f = fopen(path, "r");
+
+    buf[0] = '\0';
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        size_t n = strcspn(line, "\n");
+
+        if (strstr(line, " error: ") != NULL) {
+            snprintf(buf, len, "%.*s", (int)n, line);
+            break;
+        }
+        /* the last line with text: not blank, not a rule of dashes */
+        if (line[strspn(line, " \t-")] != '\n' && line[strspn(line, " \t-")] != '\0')
+            snprintf(buf, len, "%.*s", (int)n, line);
+    }
+    fclose(f);
+}
+
 /* waitpid(2) status @st: killed by a signal that means a crash (not one
  * sent to stop it: SIGTERM/SIGKILL come from the deadline, from a peer's
  * failure, or from outside). */
@@ -412,6 +441,16 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
                         startup_crash(po, &sig) < 0) ||
                        (WIFEXITED(po->local_status) &&
                         WEXITSTATUS(po->local_status) == 127);
+    /* the engine's own reason: in the slurmd log of this node (an exit
+     * status alone does not say what failed) */
+    if (po->local_status >= 0) {
+        char line[512];
+
+        engine_error_line(logpath, line, sizeof(line));
+        if (line[0] != '\0')
+            sh_error("stage", "job %" PRIu64 ": %s: the engine on this node: %s", a->in.jobid,
+                     sh_spec_set_dst(a->specs, img), line);
+    }
     /* the outcome names every node already */
     *outcome = po->message[0] != '\0';
     snprintf(err, errlen, "%s", po->message[0] != '\0' ? po->message : strerror(run_errno));
