@@ -105,10 +105,21 @@ static void release_linked(const char *cache, const struct sh_spec_set *set)
     }
 }
 
+/* @job's node count: Slurm's, else 1 for a node list of one name (the job
+ * prolog is given no count), else 0 (not known: taken for several). */
+static uint32_t job_nodes(const struct sh_stage_job *job)
+{
+    const char *l = job->nodelist;
+
+    if (job->nnodes != 0)
+        return job->nnodes;
+    return l != NULL && l[0] != '\0' && strpbrk(l, ",[") == NULL ? 1 : 0;
+}
+
 /* May @job wait for a producer @h? See the top of this file. */
 static bool may_wait(const struct sh_stage_job *job, const struct sh_cache_filler *h)
 {
-    if (job->nnodes == 1)
+    if (job_nodes(job) == 1)
         return true;
     if (h->jobid == 0)
         return true; /* not recorded yet: decided at the next try */
@@ -124,7 +135,7 @@ static enum fill_wait wait_fill(const struct sh_config *cfg, const struct sh_sta
                                 const char *src, int64_t deadline,
                                 struct sh_cache_filler *h)
 {
-    const struct sh_cache_filler me = { job->jobid, job->nnodes };
+    const struct sh_cache_filler me = { job->jobid, job_nodes(job) };
     int64_t t0 = sh_now_ns();
 
     for (;;) {
@@ -177,7 +188,7 @@ static int64_t fill_bound(const struct sh_config *cfg, const struct sh_stage_job
 {
     int64_t bound = (int64_t)cfg->timeout_ns;
 
-    if (job->nnodes != 1) {
+    if (job_nodes(job) != 1) {
         if ((int64_t)cfg->join_timeout_ns < bound)
             bound = (int64_t)cfg->join_timeout_ns;
         bound -= bound / 2 < FILL_JOIN_MARGIN_NS ? bound / 2 : FILL_JOIN_MARGIN_NS;
@@ -188,7 +199,7 @@ static int64_t fill_bound(const struct sh_config *cfg, const struct sh_stage_job
 int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *job,
                         const struct sh_spec_set *set, char *err, size_t errlen)
 {
-    const struct sh_cache_filler me = { job->jobid, job->nnodes };
+    const struct sh_cache_filler me = { job->jobid, job_nodes(job) };
     bool own[SH_SPEC_MAX_IMAGES] = { false }; /* copied without the lock */
     size_t order[SH_SPEC_MAX_IMAGES], n = by_src(set, order);
     int64_t t0 = sh_now_ns(), bound = fill_bound(cfg, job), deadline = t0 + bound;
@@ -242,7 +253,11 @@ int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *
                        "%.1f s", job->jobid, busy, (double)(sh_now_ns() - t0) / 1e9);
             break;
         case FILL_NOT_WAITED:
+            /* the loop's next proof links the entry if it came meanwhile */
             own[busy_i] = true;
+            slurm_info("stagehand: job %u: %s: no longer waits for the node image cache's "
+                       "fill, now job %" PRIu64 "'s (a job of several nodes of a higher job "
+                       "id, or a lock that cannot be opened)", job->jobid, busy, h.jobid);
             break;
         case FILL_STOPPED:
             snprintf(err, errlen, "the job ended on this node before its staging did: "
@@ -250,7 +265,7 @@ int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *
                      "node image cache", h.jobid, busy);
             return -1;
         case FILL_BOUND:
-            if (job->nnodes != 1) {
+            if (job_nodes(job) != 1) {
                 own[busy_i] = true;
                 slurm_info("stagehand: job %u: %s: job %" PRIu64 " still copies it into the "
                            "node image cache after %.0f s: copied without it", job->jobid,

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Issue 34 item 3: one producer per cache entry and node (fill locks,
+# doc/design.md §2 step 11). Jobs of one node each, on the same node, stage
+# the same new SRC without DST into the cache (cache=DIR):
+#  1. three jobs of two users at once: the first one's engine waits at a
+#     gate (a wrapper) as it starts, so the other two certainly arrive while
+#     it copies; they wait for it (the node's slurmd log says so, naming the
+#     producer), no second engine starts, and once the producer goes on all
+#     three complete: one "copied", two "current", one entry with SRC's
+#     bytes, the same inode in all three jobs, no fill lock file left;
+#  2. the producer of a second SRC is cancelled while a waiter waits for it
+#     (its engine at the gate): the waiter takes over, copies ("copied") and
+#     completes; one entry, SRC's bytes;
+#  3. a warm job (the entry exists) takes no fill lock and waits for
+#     nobody: it completes "current" while another job's copy of a third
+#     SRC waits at the gate and holds that SRC's fill lock.
+# shellcheck source=lib.sh disable=SC2016  # single-quoted scripts run on the node
+source "$(dirname "$0")/lib.sh"
+# shellcheck source=faultlib.sh
+source "$(dirname "$0")/faultlib.sh"
+
+other=$MINICLUSTER_OTHER_USER
+id -u "$other" >/dev/null 2>&1 || skip "no second user $other on this cluster"
+node=${MINICLUSTER_NODES%% *}
+cache=/nvme/stagehand-cache
+tok=cfill$$
+tag=cache-fill.$$
+dir=$MINICLUSTER_SHARED/$tok
+engine="$STAGEHAND_PREFIX/bin/stagehand-bcast"
+[ -x "$engine" ] || fail "$engine not installed"
+plugstack_save
+cleanup() {
+    on_node "$node" touch "/tmp/$tok.go"
+    unwrap_on_node "$node" "$engine"
+    on_node "$node" rm -f "/tmp/$tok.engine" "/tmp/$tok.go" "/tmp/$tok.starts"
+    for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
+    plugstack_restore
+    rm -rf "$dir" "$MINICLUSTER_SHARED/$tok".*.out
+    on_node "$node" rm -rf "$cache"
+}
+trap cleanup EXIT
+
+mkdir -p "$dir"
+chown "$MINICLUSTER_USER:$(id -gn "$other")" "$dir"
+chmod 0750 "$dir"
+for f in a b c; do
+    as_user sh -c "head -c 4000000 /dev/urandom >'$dir/$f.sqsh' && chmod 0644 '$dir/$f.sqsh'" ||
+        fail "cannot create the sources"
+done
+on_node "$node" rm -rf "$cache"
+plugstack_add cache=$cache verbose=yes
+
+# submit USER NAME SRC SCRIPT: a job of one node on $node, output $tok.NAME.out
+submit() {
+    run_as "$1" sbatch --parsable -J "$tag" -N1 -w "$node" -o "$MINICLUSTER_SHARED/$tok.$2.out" \
+        --stage-image="$3" --wrap "$4"
+}
+probe='echo "img $(stat -c "%i %U %a" "$STAGEHAND_IMAGE") $(sha256sum <"$STAGEHAND_IMAGE" | cut -d" " -f1)"'
+out_of() { cat "$MINICLUSTER_SHARED/$tok.$1.out" 2>/dev/null; }
+# On $node the engine waits at a gate (/tmp/$tok.go) and logs the job id
+# of each start in /tmp/$tok.starts: the producer's copy cannot end before
+# the test has seen the other jobs wait, however fast the host.
+on_node "$node" sh -c "cp '$engine' /tmp/$tok.engine && chmod 755 /tmp/$tok.engine && : >/tmp/$tok.starts && chmod 666 /tmp/$tok.starts" ||
+    fail "cannot copy the engine on $node"
+wrap_on_node "$node" "$engine" "echo \"\$SLURM_JOBID\" >>/tmp/$tok.starts
+while [ ! -e /tmp/$tok.go ]; do sleep 0.1; done
+exec /tmp/$tok.engine \"\$@\"" || fail "cannot wrap the engine on $node"
+gate_open() { on_node "$node" touch "/tmp/$tok.go"; }
+gate_close() { on_node "$node" rm -f "/tmp/$tok.go"; }
+starts_of() { on_node "$node" grep -cx "$1" "/tmp/$tok.starts"; }
+# Wait (60 s) until job @1's engine has started on $node (at the gate).
+wait_started() {
+    for _ in $(seq 1 300); do
+        [ "$(starts_of "$1")" -ge 1 ] && return 0
+        sleep 0.2
+    done
+    fail "no engine of job $1 started on $node: $(out_of "${2:-}")"
+}
+# Wait (60 s) until $node's log from offset @1 says that job @2 waits for job @3.
+wait_waiting() { # offset waiter producer
+    for _ in $(seq 1 300); do
+        log_since "$node" "$1" | grep -q "job $2: .*waiting for job $3's copy into the node image cache" &&
+            return 0
+        sleep 0.2
+    done
+    fail "job $2 never waited for job $3: $(log_since "$node" "$1" | grep -i "job $2" | tail -5)"
+}
+entry_count() { on_node "$node" sh -c "ls -A '$cache/entries' | wc -l"; }
+
+# 1. three jobs at once: one copies, two wait and share
+src=$dir/a.sqsh
+want=$(sha256sum <"$src" | cut -d' ' -f1)
+off=$(log_offset "$node")
+gate_close
+j1=$(submit "$MINICLUSTER_USER" 1 "$src" "$probe") || fail "sbatch: $j1"
+wait_started "$j1" 1
+j2=$(submit "$other" 2 "$src" "$probe") || fail "sbatch: $j2"
+j3=$(submit "$MINICLUSTER_USER" 3 "$src" "$probe") || fail "sbatch: $j3"
+wait_waiting "$off" "$j2" "$j1"
+wait_waiting "$off" "$j3" "$j1"
+sleep 1 # a second engine would have started by now
+for j in "$j2" "$j3"; do
+    [ "$(starts_of "$j")" = 0 ] || fail "job $j started an engine while job $j1 copied"
+done
+gate_open
+for j in "$j1" "$j2" "$j3"; do
+    st=$(wait_job_end "$j" 120)
+    [ "$st" = COMPLETED ] || fail "job $j ended $st: $(out_of 1; out_of 2; out_of 3)"
+done
+grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 1)" || fail "job $j1's summary: $(out_of 1)"
+for i in 2 3; do
+    grep -q "stagehand: $cache/job/.*/a.sqsh: current on" <<<"$(out_of $i)" ||
+        fail "job $i of 3's summary (want current): $(out_of $i)"
+    grep -q "[1-9] copied" <<<"$(out_of $i)" && fail "job $i of 3 copied: $(out_of $i)"
+done
+i1=$(out_of 1 | awk '$1 == "img" { print $2 }')
+for i in 1 2 3; do
+    line=$(out_of $i | grep '^img ')
+    [ "$line" = "img $i1 root 444 $want" ] || fail "job $i of 3 sees '$line' (want 'img $i1 root 444 $want')"
+done
+for j in "$j2" "$j3"; do
+    [ "$(starts_of "$j")" = 0 ] || fail "job $j started an engine"
+done
+[ "$(entry_count)" = 1 ] || fail "entries after three jobs: $(on_node "$node" ls -la "$cache/entries")"
+echo "one copy for three jobs: $j1 copied, $j2 and $j3 waited and shared it"
+
+# 2. the producer is cancelled while another job waits: that one takes over
+src=$dir/b.sqsh
+want=$(sha256sum <"$src" | cut -d' ' -f1)
+off=$(log_offset "$node")
+gate_close
+j4=$(submit "$MINICLUSTER_USER" 4 "$src" "$probe") || fail "sbatch: $j4"
+wait_started "$j4" 4
+j5=$(submit "$other" 5 "$src" "$probe") || fail "sbatch: $j5"
+wait_waiting "$off" "$j5" "$j4"
+scancel "$j4"
+st=$(wait_job_end "$j4" 60)
+[ "$st" = CANCELLED ] || fail "job $j4 ended $st after its cancel"
+gate_open
+st=$(wait_job_end "$j5" 120)
+[ "$st" = COMPLETED ] || fail "job $j5 ended $st after it took over: $(out_of 5)"
+grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 5)" || fail "job $j5's summary: $(out_of 5)"
+[ "$(out_of 5 | grep '^img ' | awk '{ print $3, $4, $5 }')" = "root 444 $want" ] ||
+    fail "job $j5's image: $(out_of 5)"
+[ "$(entry_count)" = 2 ] || fail "entries after the takeover: $(on_node "$node" ls -la "$cache/entries")"
+echo "takeover: job $j4 cancelled while it copied, job $j5 copied instead"
+
+# 3. a warm job passes a held at the gate fill of another source
+off=$(log_offset "$node")
+gate_close
+j6=$(submit "$MINICLUSTER_USER" 6 "$dir/c.sqsh" "$probe") || fail "sbatch: $j6"
+wait_started "$j6" 6
+t0=$SECONDS
+j7=$(submit "$other" 7 "$dir/a.sqsh" "$probe") || fail "sbatch: $j7"
+st=$(wait_job_end "$j7" 60)
+[ "$st" = COMPLETED ] || fail "warm job $j7 ended $st while job $j6's fill was held at the gate: $(out_of 7)"
+grep -q "stagehand: $cache/job/$j7/a.sqsh: current on" <<<"$(out_of 7)" || fail "job $j7's summary: $(out_of 7)"
+log_since "$node" "$off" | grep -q "job $j7: .*waiting" && fail "warm job $j7 waited"
+echo "warm job $j7 completed in $((SECONDS - t0)) s while job $j6's fill was held at the gate"
+gate_open
+st=$(wait_job_end "$j6" 120)
+[ "$st" = COMPLETED ] || fail "job $j6 ended $st: $(out_of 6)"
+left=$(on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.' || true")
+[ -z "$left" ] || fail "left in $cache/entries: $left"
+assert_no_drain
+echo "PASS: one producer per entry: three jobs at once made one copy and shared it, a waiter took over from a cancelled producer, a warm job waited for nobody"
