@@ -13,7 +13,11 @@
 #     completes; one entry, SRC's bytes;
 #  3. a warm job (the entry exists) takes no fill lock and waits for
 #     nobody: it completes "current" while another job's copy of a third
-#     SRC waits at the gate and holds that SRC's fill lock.
+#     SRC waits at the gate and holds that SRC's fill lock;
+#  4. with timeout=15s, a job of one node that waits for a producer held at
+#     the gate fails after 15 s with a message naming SRC, the producer
+#     and the node, without running its script; the producer completes
+#     once the gate opens; no node is drained.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts run on the node
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -43,7 +47,7 @@ trap cleanup EXIT
 mkdir -p "$dir"
 chown "$MINICLUSTER_USER:$(id -gn "$other")" "$dir"
 chmod 0750 "$dir"
-for f in a b c; do
+for f in a b c d; do
     as_user sh -c "head -c 4000000 /dev/urandom >'$dir/$f.sqsh' && chmod 0644 '$dir/$f.sqsh'" ||
         fail "cannot create the sources"
 done
@@ -86,14 +90,21 @@ wait_waiting() { # offset waiter producer
     fail "job $2 never waited for job $3: $(log_since "$node" "$1" | grep -i "job $2" | tail -5)"
 }
 entry_count() { on_node "$node" sh -c "ls -A '$cache/entries' | wc -l"; }
+# begin NAME SOURCE: src, its digest want and the log offset off for a case;
+# job NAME of the test user stages SRC with its engine held at the gate
+# (closed here); its id in held.
+begin() {
+    src=$dir/$2
+    want=$(sha256sum <"$src" | cut -d' ' -f1)
+    off=$(log_offset "$node")
+    gate_close
+    held=$(submit "$MINICLUSTER_USER" "$1" "$src" "$probe") || fail "sbatch: $held"
+    wait_started "$held" "$1"
+}
 
 # 1. three jobs at once: one copies, two wait and share
-src=$dir/a.sqsh
-want=$(sha256sum <"$src" | cut -d' ' -f1)
-off=$(log_offset "$node")
-gate_close
-j1=$(submit "$MINICLUSTER_USER" 1 "$src" "$probe") || fail "sbatch: $j1"
-wait_started "$j1" 1
+begin 1 a.sqsh
+j1=$held
 j2=$(submit "$other" 2 "$src" "$probe") || fail "sbatch: $j2"
 j3=$(submit "$MINICLUSTER_USER" 3 "$src" "$probe") || fail "sbatch: $j3"
 wait_waiting "$off" "$j2" "$j1"
@@ -125,12 +136,8 @@ done
 echo "one copy for three jobs: $j1 copied, $j2 and $j3 waited and shared it"
 
 # 2. the producer is cancelled while another job waits: that one takes over
-src=$dir/b.sqsh
-want=$(sha256sum <"$src" | cut -d' ' -f1)
-off=$(log_offset "$node")
-gate_close
-j4=$(submit "$MINICLUSTER_USER" 4 "$src" "$probe") || fail "sbatch: $j4"
-wait_started "$j4" 4
+begin 4 b.sqsh
+j4=$held
 j5=$(submit "$other" 5 "$src" "$probe") || fail "sbatch: $j5"
 wait_waiting "$off" "$j5" "$j4"
 scancel "$j4"
@@ -146,10 +153,8 @@ grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 5)" || fail "job $j5's s
 echo "takeover: job $j4 cancelled while it copied, job $j5 copied instead"
 
 # 3. a warm job passes a held at the gate fill of another source
-off=$(log_offset "$node")
-gate_close
-j6=$(submit "$MINICLUSTER_USER" 6 "$dir/c.sqsh" "$probe") || fail "sbatch: $j6"
-wait_started "$j6" 6
+begin 6 c.sqsh
+j6=$held
 t0=$SECONDS
 j7=$(submit "$other" 7 "$dir/a.sqsh" "$probe") || fail "sbatch: $j7"
 st=$(wait_job_end "$j7" 60)
@@ -160,7 +165,23 @@ echo "warm job $j7 completed in $((SECONDS - t0)) s while job $j6's fill was hel
 gate_open
 st=$(wait_job_end "$j6" 120)
 [ "$st" = COMPLETED ] || fail "job $j6 ended $st: $(out_of 6)"
+# 4. the bound of a job of one node: timeout=
+sed -i 's/ timeout=[^ ]*//; s|^\(required .*stagehand\.so.*\)$|\1 timeout=15s|' "$plugstack"
+restart_slurmds || fail "cannot restart the slurmds"
+begin 8 d.sqsh
+j8=$held
+j9=$(submit "$other" 9 "$src" "echo script-ran") || fail "sbatch: $j9"
+wait_waiting "$off" "$j9" "$j8"
+st=$(wait_job_end "$j9" 90)
+gate_open
+[ "$st" = FAILED ] || fail "job $j9 ended $st while job $j8's copy was held past timeout=15s: $(out_of 9)"
+grep -q "script-ran" <<<"$(out_of 9)" && fail "job $j9's script ran"
+grep -q "$src: job $j8 was still copying it into the node image cache of $node after this job waited 15 s" <<<"$(out_of 9)" ||
+    fail "job $j9's message: $(out_of 9)"
+st=$(wait_job_end "$j8" 90)
+[ "$st" = COMPLETED ] || fail "producer $j8 ended $st: $(out_of 8)"
+echo "bound: job $j9 failed after 15 s of waiting for job $j8, which then completed"
 left=$(on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.' || true")
 [ -z "$left" ] || fail "left in $cache/entries: $left"
 assert_no_drain
-echo "PASS: one producer per entry: three jobs at once made one copy and shared it, a waiter took over from a cancelled producer, a warm job waited for nobody"
+echo "PASS: one producer per entry: three jobs at once made one copy and shared it, a waiter took over from a cancelled producer, a warm job waited for nobody, a waiter of one node failed readably at timeout="
