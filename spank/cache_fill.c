@@ -12,7 +12,9 @@
  * its process), the first waiter to get the lock takes over and copies.
  *
  * The wait is bounded. A job of one node waits up to the staging deadline
- * (timeout=), then fails naming the other job. A job of several nodes
+ * (timeout=) plus SH_STAGING_GRACE_S, the longest a producer's agent runs
+ * (the producer it waits for ends by then, or a takeover has begun), then
+ * fails naming the other job. A job of several nodes
  * waits only for a producer of one node or of a lower job id (so no two
  * jobs wait for each other across nodes: the waits between jobs of several
  * nodes go down in job id), at most join_timeout less a margin (its other
@@ -186,9 +188,10 @@ static size_t by_src(const struct sh_spec_set *set, size_t *order)
 /* The wait's bound for @job (see the top of this file). */
 static int64_t fill_bound(const struct sh_config *cfg, const struct sh_stage_job *job)
 {
-    int64_t bound = (int64_t)cfg->timeout_ns;
+    int64_t bound = (int64_t)cfg->timeout_ns + SH_STAGING_GRACE_S * SH_NS_PER_S;
 
     if (job_nodes(job) != 1) {
+        bound = (int64_t)cfg->timeout_ns;
         if ((int64_t)cfg->join_timeout_ns < bound)
             bound = (int64_t)cfg->join_timeout_ns;
         bound -= bound / 2 < FILL_JOIN_MARGIN_NS ? bound / 2 : FILL_JOIN_MARGIN_NS;
@@ -273,9 +276,9 @@ int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *
                 break;
             }
             snprintf(err, errlen, "%.1500s: job %" PRIu64 " was still copying it into the "
-                     "node image cache of %.200s after this job waited %.0f s for it (the "
-                     "staging deadline, timeout=): try again later", busy, h.jobid,
-                     job->nodename, (double)bound / 1e9);
+                     "node image cache of %.200s after this job waited %.0f s for it "
+                     "(timeout= plus %d s, the longest a copy runs): try again later", busy, h.jobid,
+                     job->nodename, (double)bound / 1e9, SH_STAGING_GRACE_S);
             return -1;
         }
     }

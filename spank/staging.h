@@ -25,6 +25,11 @@
 /* A sentinel's process name (prctl(2) PR_SET_NAME), for ps and the epilog. */
 #define SH_SENTINEL_NAME "sh-sentinel"
 
+/* Seconds the agent gets beyond the staging deadline (timeout=) to report and
+ * clean up before its process group is killed: the longest a staging's
+ * agent runs is timeout= plus this. */
+#define SH_STAGING_GRACE_S 10
+
 /* One staging to run on this node: the job prolog's (stepid < 0) or a job
  * step's (prolog.c, step.c). The strings belong to the caller. */
 struct sh_stage_job {
@@ -199,8 +204,8 @@ void sh_cache_link_proven(const char *cache, const struct sh_stage_job *job,
  * decision: link the proven entries (sh_cache_link_proven); take the fill
  * lock of each source still without an entry (this staging copies it), or
  * wait for the staging that holds it and link its entry, taking over when it
- * ended without one. Bounded: a job of one node waits up to timeout=, then
- * fails; a job of several nodes waits only for a producer of one node or of
+ * ended without one. Bounded: a job of one node waits up to timeout= plus
+ * SH_STAGING_GRACE_S (the longest a producer's agent runs), then fails; a job of several nodes waits only for a producer of one node or of
  * a lower job id, at most join_timeout= less 5 s, then copies on its own.
  * Returns 0 (locks held until sh_cache_fill_release_all), or -1 with the
  * user's message in @err (the bound reached on a job of one node, or the
