@@ -172,8 +172,15 @@ begin 8 d.sqsh
 j8=$held
 j9=$(submit "$other" 9 "$src" "$probe") || fail "sbatch: $j9"
 wait_waiting "$off" "$j9" "$j8"
-st=$(wait_job_end "$j8" 90)
+# the gate opens as soon as job $j9 has the lock (its own deadline runs)
+for _ in $(seq 1 300); do
+    log_since "$node" "$off" | grep -q "job $j9: .*the node image cache's fill is free" && break
+    sleep 0.2
+done
 gate_open
+log_since "$node" "$off" | grep -q "job $j9: .*the node image cache's fill is free" ||
+    fail "job $j9 never took the fill lock: $(log_since "$node" "$off" | grep "job $j8\|job $j9" | tail -5)"
+st=$(wait_job_end "$j8" 90)
 [ "$st" = FAILED ] || fail "producer $j8 ended $st with its engine held past timeout=15s: $(out_of 8)"
 grep -qi "deadline" <<<"$(out_of 8)" || fail "producer $j8's message: $(out_of 8)"
 st=$(wait_job_end "$j9" 90)
