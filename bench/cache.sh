@@ -96,12 +96,13 @@ as_user() {
     (cd /tmp && runuser -u "$MINICLUSTER_USER" -- env SLURM_CONF="$SLURM_CONF" \
         PATH="$STAGEHAND_PREFIX/bin:/usr/bin:/bin" "$@")
 }
-# Epoch seconds at which slurmctld allocated job @1 (its own id, array
-# tasks included), from slurmctld's log since offset $ctl_off.
+# When slurmctld started jobs: the main scheduler's "sched: Allocate" or the
+# backfill scheduler's "_start_job: Started" lines since offset $ctl_off
+# (array tasks by their own job id).
 ctl_off=0
 start_times() { # -> "jobid epoch" lines for every allocation since $ctl_off
     tail -c +"$((ctl_off + 1))" "$STATE/log/slurmctld.log" |
-        sed -n 's/^\[\([0-9-]*\)T\([0-9:.]*\)\] \(sched: Allocate\|backfill: Started\) JobId=\([0-9_]*\)(\{0,1\}\([0-9]*\))\{0,1\} .*/\1 \2 \4 \5/p' |
+        sed -n 's/^\[\([0-9-]*\)T\([0-9:.]*\)\] [a-z/_: ]*\(sched: Allocate\|_start_job: Started\) JobId=\([0-9_]*\)(\{0,1\}\([0-9]*\))\{0,1\} .*/\1 \2 \4 \5/p' |
         while read -r d t id real; do
             [ -n "$real" ] && id=$real
             echo "$id $(date -d "$d $t" +%s.%N)"
@@ -140,7 +141,9 @@ collect() { # regime variant nodes rep
     for f in "$outdir"/*; do
         [ -e "$f" ] || continue
         read -r id t1 <"$f"
-        t0=$(awk -v j="$id" '$1 == j { print $2 }' <<<"$st" | tail -1)
+        # the first start: a job that Slurm requeued (a batch launch that
+        # timed out) started again later, and its user waited from the first
+        t0=$(awk -v j="$id" '$1 == j { print $2; exit }' <<<"$st")
         ok=1
         [ -n "$t0" ] || { ok=0; t0=$t1; }
         row "$1" "$2" "$3" "$4" "$id" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f", b - a }')" "$ok" "$(load1)"
