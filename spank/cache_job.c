@@ -5,6 +5,8 @@
  *   before the local check: the job form of the spec, the cache's and the
  *     job's directories, and a link of each entry whose source the job user
  *     proved (a child as the user: sh_local_src_match) to be the entry's;
+ *     for a missing entry, its fill lock or the wait for another job's
+ *     (cache_fill.c);
  *   after the agent: each new copy adopted into the cache by stagehand-cache
  *     (it hashes; the plugin links no hash library), with the reader's
  *     digest and the source's identity the job's agent reported;
@@ -46,10 +48,8 @@ const char *sh_cache_refusal(void)
     return refusal[0] != '\0' ? refusal : NULL;
 }
 
-/* Link each image of @set whose DST is missing and whose source has an entry
- * the job user proves current. */
-static void link_proven(const char *cache, const struct sh_stage_job *job,
-                        const struct sh_spec_set *set)
+void sh_cache_link_proven(const char *cache, const struct sh_stage_job *job,
+                          const struct sh_spec_set *set)
 {
     static struct sh_cache_entry found[SH_SPEC_MAX_IMAGES];
     static struct sh_src_id ids[SH_SPEC_MAX_IMAGES];
@@ -213,8 +213,12 @@ int sh_cache_stage_prepare(const struct sh_config *cfg, const struct sh_stage_jo
             if (gone > 0)
                 slurm_info("stagehand: job %u: dropped the cache references of %d jobs no "
                            "longer on this node", job->jobid, gone);
-            link_proven(cfg->cache, job, set);
-            make_room(cfg, job, set);
+            /* the proven links, or this node's one producer per entry */
+            rc = sh_cache_fill_claim(cfg, job, set, err, errlen);
+            if (rc == 0)
+                make_room(cfg, job, set);
+            else
+                sh_cache_fill_release_all(cfg->cache);
         }
     }
     sh_spec_set_free(set);
@@ -372,6 +376,8 @@ void sh_cache_stage_end(const struct sh_config *cfg, const struct sh_stage_job *
 {
     if (cfg == NULL || cfg->cache[0] == '\0' || job_spec == NULL)
         return;
+    /* the copies are adopted (or failed): waiters take the entries */
+    sh_cache_fill_release_all(cfg->cache);
     if (sh_cache_job_seal(cfg->cache, job->jobid) != 0 && errno != ENOENT)
         slurm_error("stagehand: job %u: cannot seal its cache directory: %s", job->jobid,
                     strerror(errno));

@@ -41,9 +41,6 @@
 #include "stagehand/spec.h"
 #include "stagehand/status.h"
 
-/* Seconds the agent gets beyond the staging deadline to report and clean up
- * before its process group is killed. */
-#define PROLOG_GRACE_S 10
 
 /* The agent's command line and whole environment (staging.h). */
 static char agent_arg0[] = "stagehand-agent", agent_arg1[] = "--prolog";
@@ -491,7 +488,7 @@ static int agent_wait(struct sh_staging *s, pid_t pid, int out_fd)
     int64_t deadline;
     int wstatus = 0, rc;
 
-    deadline = sh_now_ns() + (int64_t)s->cfg->timeout_ns + PROLOG_GRACE_S * 1000000000LL;
+    deadline = sh_now_ns() + (int64_t)s->cfg->timeout_ns + SH_STAGING_GRACE_S * 1000000000LL;
     if (read_outputs(s, out_fd, deadline,
                      s->job->stepid >= 0 && s->job->have_nodeid && s->job->nodeid == 0
                          ? pid : 0) != 0) {

@@ -25,6 +25,11 @@
 /* A sentinel's process name (prctl(2) PR_SET_NAME), for ps and the epilog. */
 #define SH_SENTINEL_NAME "sh-sentinel"
 
+/* Seconds the agent gets beyond the staging deadline (timeout=) to report and
+ * clean up before its process group is killed: the longest a staging's
+ * agent runs is timeout= plus this. */
+#define SH_STAGING_GRACE_S 10
+
 /* One staging to run on this node: the job prolog's (stepid < 0) or a job
  * step's (prolog.c, step.c). The strings belong to the caller. */
 struct sh_stage_job {
@@ -183,8 +188,32 @@ const char *sh_cache_refusal(void);
  * @job_ok) with the message for the user in @msg (the copy is gone). */
 int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job *job,
                          char *const *reports, bool job_ok, char *msg, size_t msglen);
-/* At the staging's end: seal the job's cache directory (0500). */
+/* At the staging's end: let go of the fill locks (cache_fill.c), seal the
+ * job's cache directory (0500). */
 void sh_cache_stage_end(const struct sh_config *cfg, const struct sh_stage_job *job);
+/* Link each image of @set (the job form) whose DST is missing and whose
+ * source has an entry in @cache the job user proves current (as root; the
+ * proof in a child as the user). Failures are logged: the image is copied. */
+struct sh_spec_set;
+void sh_cache_link_proven(const char *cache, const struct sh_stage_job *job,
+                          const struct sh_spec_set *set);
+
+/* ---- cache_fill.c --------------------------------------------------- */
+
+/* As root, for @job's cache images (@set, the job form) before its
+ * decision: link the proven entries (sh_cache_link_proven); take the fill
+ * lock of each source still without an entry (this staging copies it), or
+ * wait for the staging that holds it and link its entry, taking over when it
+ * ended without one. Bounded: a job of one node waits up to timeout= plus
+ * SH_STAGING_GRACE_S (the longest a producer's agent runs), then fails; a job of several nodes waits only for a producer of one node or of
+ * a lower job id, at most join_timeout= less 5 s, then copies on its own.
+ * Returns 0 (locks held until sh_cache_fill_release_all), or -1 with the
+ * user's message in @err (the bound reached on a job of one node, or the
+ * job stopped meanwhile). */
+int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *job,
+                        const struct sh_spec_set *set, char *err, size_t errlen);
+/* Let go of every fill lock this staging holds (and remove their files). */
+void sh_cache_fill_release_all(const char *cache);
 
 /* ---- step.c --------------------------------------------------------- */
 

@@ -29,7 +29,7 @@
  * References: the hard links themselves. An entry's link count minus one is
  * the number of jobs that hold it.
  *
- * cache.c: libc only (the plugin links it). cache_adopt.c hashes (libcrypto,
+ * cache.c, cache_fill.c: libc only (the plugin links them). cache_adopt.c hashes (libcrypto,
  * libxxhash): the agent's and stagehand-cache's library only. */
 #ifndef STAGEHAND_CACHE_H
 #define STAGEHAND_CACHE_H
@@ -171,6 +171,29 @@ int64_t sh_cache_make_room(const char *cache, uint64_t incoming, uint64_t high_b
                            uint64_t low_bytes, uint64_t max,
                            void (*report)(const char *key, uint64_t size, void *arg),
                            void *arg);
+
+/* Fill locks: one staging per source and node copies it into the cache
+ * (the producer); the others wait for its lock and then link its entry
+ * (doc/design.md §2 step 11). The lock is flock(2) on
+ * entries/.fill-<FNV-1a of SRC>.lock (root's, in the 0700 entries
+ * directory: no user can open, hold or plant it); its holder writes its
+ * job id and node count into it for the waiters. */
+struct sh_cache_filler {
+    uint64_t jobid;   /* 0: not known (the lock was taken an instant ago) */
+    uint32_t nnodes;  /* the holder's job's (or step's) nodes; 0: not known */
+};
+
+/* As root: try to take @src's fill lock in @cache for @me, without waiting.
+ * Returns 0 with the lock's descriptor in *@lockfd (close-on-exec; @me
+ * recorded in it), 1 when another staging holds it (its record in
+ * *@holder, zero when not written yet), or -1 with errno (the entries
+ * directory or the lock file cannot be opened). */
+int sh_cache_fill_trylock(const char *cache, const char *src, const struct sh_cache_filler *me,
+                          int *lockfd, struct sh_cache_filler *holder);
+
+/* As root: let go of @src's fill lock held on @lockfd (< 0: a no-op) and
+ * remove its file while still held, so none is left behind. */
+void sh_cache_fill_release(const char *cache, const char *src, int lockfd);
 
 /* Adopt job @dst (job form), a copy the staging path published as user
  * @uid, into the cache, as root: owner root, mode 0444 (on the descriptor),

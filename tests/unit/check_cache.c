@@ -5,6 +5,7 @@
  * ownership need root; as another user those tests pass vacuously with a
  * note. */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -482,6 +483,53 @@ START_TEST(usage_held)
 }
 END_TEST
 
+/* Fill locks: one holder per source, its record read by the others, the
+ * file gone at release, sources independent. */
+START_TEST(fill_locks)
+{
+    const struct sh_cache_filler a = { 41, 1 }, b = { 42, 8 };
+    struct sh_cache_filler h = { 0, 0 };
+    char entries[PATH_MAX];
+    int fa = -1, fb = -1, fc = -1;
+    DIR *d;
+    struct dirent *de;
+    int files = 0;
+
+    snprintf(entries, sizeof(entries), "%s/%s", cache, SH_CACHE_ENTRIES);
+    /* no entries directory: an error, not a busy lock */
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/a", &a, &fa, &h), -1);
+    ck_assert_int_eq(mkdir(cache, 0711), 0);
+    ck_assert_int_eq(mkdir(entries, 0700), 0);
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/a", &a, &fa, &h), 0);
+    ck_assert_int_ge(fa, 0);
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/a", &b, &fb, &h), 1);
+    ck_assert_int_eq(fb, -1);
+    ck_assert_uint_eq(h.jobid, 41);
+    ck_assert_uint_eq(h.nnodes, 1);
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/c", &b, &fc, &h), 0);
+    d = opendir(entries);
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL)
+        if (strncmp(de->d_name, ".fill-", 6) == 0)
+            files++;
+    closedir(d);
+    ck_assert_int_eq(files, 2);
+    sh_cache_fill_release(cache, "/src/a", fa);
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/a", &b, &fb, &h), 0);
+    sh_cache_fill_release(cache, "/src/a", fb);
+    sh_cache_fill_release(cache, "/src/c", fc);
+    sh_cache_fill_release(cache, "/src/c", -1); /* a no-op */
+    files = 0;
+    d = opendir(entries);
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL)
+        files += de->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(files, 0);
+    ck_assert_int_eq(rmdir(entries), 0); /* nothing left in it */
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -500,6 +548,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, make_room_max);
     tcase_add_test(tc, fits_precheck);
     tcase_add_test(tc, usage_held);
+    tcase_add_test(tc, fill_locks);
     suite_add_tcase(s, tc);
     return s;
 }
