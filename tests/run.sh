@@ -270,7 +270,8 @@ cluster_suite() { # stack
     # that --only selects, its verdict named "$p${LABEL}NAME (seconds)".
     # Tests that run only under --full (STAGEHAND_TEST_FULL=1; they skip
     # otherwise) and bring up an instance of their own get a longer bound:
-    # test_scale_32 (32 nodes: bring-up, a staging, a no-op, teardown).
+    # test_scale_32 (32 nodes: bring-up, a staging, a no-op, teardown) and
+    # test_scale_burst (three 300-task arrays on 2 nodes of 128 CPUs).
     run_tests() {
         local l=$1 t name start out rc ms secs tmo
         shift
@@ -280,6 +281,7 @@ cluster_suite() { # stack
             if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
             tmo=${STAGEHAND_TEST_TIMEOUT:-300}
             [ "$full" = 1 ] && [ "$name" = test_scale_32 ] && tmo=${STAGEHAND_TEST_TIMEOUT:-1200}
+            [ "$full" = 1 ] && [ "$name" = test_scale_burst ] && tmo=${STAGEHAND_TEST_TIMEOUT:-1800}
             start=$(date +%s%N)
             out=$(timeout -k 10 "$tmo" bash "$t" 2>&1)
             rc=$?

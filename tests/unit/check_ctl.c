@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "stagehand/clock.h"
+#include "stagehand/ctlport.h"
 #include "core/agent/ctl.h"
 #include "core/agent/handshake.h"
 #include "stagehand/log.h"
@@ -40,6 +41,55 @@ START_TEST(tree_shape_and_port)
     ck_assert_uint_eq(sh_ctl_derive_port(5, 0, 60000, 1), 60000);
     ck_assert_uint_ne(sh_ctl_derive_port(5, 0, 7300, 1000),
                       sh_ctl_derive_port(5, 1, 7300, 1000));
+}
+END_TEST
+
+/* Issue 35 item 3: every job step on a node gets a port while one of the
+ * range is free (the default probe covers the whole range up to 1024 ports):
+ * 200 jobs fill a range of 200, each on a port of its own, and the 201st
+ * finds none (EADDRINUSE). A base where another process holds a port of the
+ * range is skipped for the next one. */
+START_TEST(probe_whole_range)
+{
+    enum { RANGE = 200 };
+    int fds[RANGE + 1];
+    bool done = false;
+
+    ck_assert_uint_eq(sh_ctl_default_probe(RANGE), RANGE);
+    ck_assert_uint_eq(sh_ctl_default_probe(1000), 1000);
+    ck_assert_uint_eq(sh_ctl_default_probe(5000), SH_CTL_PROBE_MAX);
+    for (unsigned attempt = 0; attempt < 8 && !done; attempt++) {
+        uint16_t base = (uint16_t)(20000 + ((unsigned)getpid() * 7 + attempt * 997) % 150 * RANGE);
+        uint8_t used[RANGE] = { 0 };
+        int n = 0;
+
+        for (; n < RANGE; n++) {
+            uint16_t port = 0;
+
+            fds[n] = sh_ctl_bind("127.0.0.1", 1000 + (uint64_t)n, 0, base, RANGE,
+                                 sh_ctl_default_probe(RANGE), 4, &port);
+            if (fds[n] < 0)
+                break;
+            ck_assert_uint_ge(port, base);
+            ck_assert_uint_lt(port, base + RANGE);
+            ck_assert(!used[port - base]);
+            used[port - base] = 1;
+        }
+        if (n == RANGE) {
+            uint16_t port = 0;
+
+            fds[n] = sh_ctl_bind("127.0.0.1", 5000, 0, base, RANGE, sh_ctl_default_probe(RANGE),
+                                 4, &port);
+            ck_assert_int_lt(fds[n], 0);
+            ck_assert_int_eq(errno, EADDRINUSE);
+            done = true;
+        } else {
+            ck_assert_int_eq(errno, EADDRINUSE); /* another process holds one: next base */
+        }
+        while (n > 0)
+            close(fds[--n]);
+    }
+    ck_assert_msg(done, "no free range of %d ports for the test", RANGE);
 }
 END_TEST
 
@@ -268,6 +318,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, sh_check_quiet_logs, NULL);
     tcase_add_test(tc, tree_shape_and_port);
+    tcase_add_test(tc, probe_whole_range);
     tcase_add_test(tc, nodelist);
     tcase_add_test(tc, handshake_ok_and_frames);
     tcase_add_test(tc, handshake_keyless_client);
