@@ -67,7 +67,9 @@ def main():
         f"{calib.get('chain_raw_nodes', '?')} nodes {calib.get('chain_raw_MBps', '?')} MB/s.")
     p("")
     p("Methods: chain-ob1 and chain-ucx are stagehand-bcast --algorithm=chain over "
-      "Open MPI's ob1/TCP and over UCX (UCX's TCP transport); bcast-ob1 is "
+      "Open MPI's ob1/TCP and over UCX (UCX's TCP transport; segments up to 1 MiB "
+      "eagerly, the agent's pml=ucx settings), chain-ucxrndv the same with UCX's "
+      "own thresholds (rendezvous from 19 KiB); bcast-ob1 is "
       "--algorithm=bcast (one MPI_Ibcast per segment); mpibcast is an MPI_Bcast "
       "loop in memory (no file I/O); cp is srun cp from the bound-in /shared, i.e. "
       "N parallel copies from the host's page cache into each node's tmpfs (memory "
@@ -109,7 +111,7 @@ def main():
     for n in nodes:
         slack = 0.05 if n == 2 else 0.0
         for other in methods:
-            if other in (chain, "chain-ucx"):
+            if other.startswith("chain-"):
                 continue
             if other.startswith("mpibcast"):
                 p(verdict(n, chain, other, "xfer", "own", slack))
@@ -117,6 +119,8 @@ def main():
                 p(verdict(n, chain, other, "wall", "wall", slack))
         if (n, "chain-ucx") in stat:
             p(verdict(n, "chain-ucx", chain, "wall", "wall", 0.0))
+        if (n, "chain-ucxrndv") in stat:
+            p(verdict(n, "chain-ucx", "chain-ucxrndv", "wall", "wall", 0.0))
     write_text(out, out_path)
 
 
