@@ -218,7 +218,8 @@ const char *sh_config_pml_name(enum sh_pml pml);
  *         segment up to 1 MiB goes eagerly in one TCP fragment, as under ob1
  *         (UCX's own choice over TCP is a rendezvous from 19 KiB, a
  *         hand-shake per segment that cost the reading rank CPU and the
- *         chain time: doc/performance.md "Fast fabric");
+ *         chain time: doc/performance.md "Fast fabric"; the agent leaves
+ *         UCX_RNDV_THRESH out when the site's mpi_env sets UCX_TLS);
  *   auto: nothing: the site's Open MPI settings (openmpi-mca-params.conf,
  *         its mpi_env file) decide.
  * An unknown @pml gives the empty list. */
