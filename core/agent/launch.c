@@ -338,16 +338,9 @@ static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
     }
     for (int i = 0; i < a->n_mpi_env; i++)
         e->envp[ne++] = a->mpi_env[i];
-    for (size_t i = 0; i < SH_CONFIG_PML_ENV_MAX && pml_env[i] != NULL; i++) {
-        if (mpi_env_has(a, pml_env[i]))
-            continue;
-        /* UCX's rendezvous threshold is tuned for its TCP transport, the
-         * default UCX_TLS: a site that picks its own transports (InfiniBand,
-         * where a rendezvous is an RDMA read) keeps UCX's threshold */
-        if (strncmp(pml_env[i], "UCX_RNDV_THRESH=", 16) == 0 && mpi_env_has(a, "UCX_TLS="))
-            continue;
-        e->envp[ne++] = pml_env[i];
-    }
+    for (size_t i = 0; i < SH_CONFIG_PML_ENV_MAX && pml_env[i] != NULL; i++)
+        if (!mpi_env_has(a, pml_env[i]))
+            e->envp[ne++] = pml_env[i];
     e->envp[ne] = NULL;
 }
 

@@ -172,10 +172,6 @@ const char *const *sh_config_pml_env(enum sh_pml pml)
         "OMPI_MCA_pml_ucx_devices=any",
         "UCX_TLS=tcp,self,sm",
         "UCX_LOG_FILE=stderr",
-        /* segments up to 1 MiB eagerly, as ob1 (main.c tcp_eager_defaults) */
-        "UCX_RNDV_THRESH=1052672",
-        "UCX_TCP_TX_SEG_SIZE=1052672",
-        "UCX_TCP_RX_SEG_SIZE=1052672",
         NULL,
     };
     static const char *const none[] = { NULL };

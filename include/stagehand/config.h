@@ -213,13 +213,7 @@ const char *sh_config_pml_name(enum sh_pml pml);
  *         logs to stdout by default, and the engine's stdout is its report.
  *         It must be in the environment the engine starts with: Open MPI 5
  *         loads UCX before main(), and a UCX_LOG_FILE set later is only
- *         reported (on stdout) as an unused variable; and UCX_RNDV_THRESH,
- *         UCX_TCP_TX_SEG_SIZE and UCX_TCP_RX_SEG_SIZE at 1052672 bytes: a
- *         segment up to 1 MiB goes eagerly in one TCP fragment, as under ob1
- *         (UCX's own choice over TCP is a rendezvous from 19 KiB, a
- *         hand-shake per segment that cost the reading rank CPU and the
- *         chain time: doc/performance.md "Fast fabric"; the agent leaves
- *         UCX_RNDV_THRESH out when the site's mpi_env sets UCX_TLS);
+ *         reported (on stdout) as an unused variable;
  *   auto: nothing: the site's Open MPI settings (openmpi-mca-params.conf,
  *         its mpi_env file) decide.
  * An unknown @pml gives the empty list. */

@@ -277,9 +277,6 @@ START_TEST(pml_env)
     ck_assert(env_has(ucx, "OMPI_MCA_pml_ucx_devices=any"));
     ck_assert(env_has(ucx, "UCX_TLS=tcp,self,sm"));
     ck_assert(env_has(ucx, "UCX_LOG_FILE=stderr"));
-    ck_assert(env_has(ucx, "UCX_RNDV_THRESH=1052672"));
-    ck_assert(env_has(ucx, "UCX_TCP_TX_SEG_SIZE=1052672"));
-    ck_assert(env_has(ucx, "UCX_TCP_RX_SEG_SIZE=1052672"));
     ck_assert(!env_has(ucx, "OMPI_MCA_pml=ob1"));
     ck_assert_ptr_null(sh_config_pml_env(SH_PML_AUTO)[0]);
     ck_assert_ptr_null(sh_config_pml_env((enum sh_pml)7)[0]);
