@@ -214,10 +214,14 @@ if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
 #
 # The MPI environment of each pml is the one the agent gives the engine for
 # the plugstack's pml= (sh_config_pml_env in core/common/config.c).
-pml_env() { # ob1|ucx -> KEY=VALUE words for env(1)
+pml_env() { # ob1|ucx|ucxeager -> KEY=VALUE words for env(1)
     case "$1" in
         ob1) echo "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_base_warn_component_unused=0" ;;
         ucx) echo "OMPI_MCA_pml=ucx OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any UCX_TLS=tcp,self,sm UCX_LOG_FILE=stderr" ;;
+        # not the agent's: segments up to 1 MiB eagerly in one TCP fragment
+        # instead of UCX's rendezvous from 19 KiB (tried, no gain measured:
+        # bench/results/fabric-ucx-2026-12-07.md)
+        ucxeager) echo "$(pml_env ucx) UCX_RNDV_THRESH=1052672 UCX_TCP_TX_SEG_SIZE=1052672 UCX_TCP_RX_SEG_SIZE=1052672" ;;
     esac
 }
 frow() { echo "$*" | tr ' ' ',' >>"$fcsv"; }
@@ -287,7 +291,7 @@ run_fabric() { # size src dst
         for ((rep = 1; rep <= reps; rep++)); do
             for m in $methods; do
                 case "$m" in
-                    chain-ob1 | chain-ucx | bcast-ob1 | bcast-ucx)
+                    chain-ob1 | chain-ucx | chain-ucxeager | bcast-ob1 | bcast-ucx)
                         run_fabric_engine "$size" "$n" "$rep" "${m%-*}" "${m#*-}" "$src" "$dst" ;;
                     mpibcast) run_fabric_mpibcast "$size" "$n" "$rep" ;;
                     cp) run_fabric_cp "$size" "$n" "$rep" "$src" "$dst" ;;

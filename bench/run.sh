@@ -39,7 +39,8 @@
 # --fabric: the fast-fabric regime (issue 32): unshaped links, the shared
 # directory bound in (no storage host), 1 GiB at N = 2, 4, 8 (--sizes,
 # --nodes), --reps 2 by default, and the methods chain-ob1 chain-ucx
-# bcast-ob1 mpibcast cp (--methods; bcast-ucx also exists) alternating after
+# bcast-ob1 mpibcast cp (--methods; bcast-ucx and chain-ucxeager, UCX with
+# segments up to 1 MiB sent eagerly, also exist) alternating after
 # a warm-up staging: the engine over ob1/TCP and over UCX (UCX's TCP
 # transport), per-segment MPI_Ibcast, an in-memory MPI_Bcast loop
 # (mpi_bcast_check: no file I/O) and srun cp. With a bound-in /shared every
