@@ -19,7 +19,10 @@
  * jobs wait for each other across nodes: the waits between jobs of several
  * nodes go down in job id), at most join_timeout less a margin (its other
  * nodes wait that long for this node's agent), then copies on its own; the
- * adoption keeps one entry. */
+ * adoption keeps one entry. Under on_node_fault=drain the job prolog
+ * stages itself within slurm.conf's PrologEpilogTimeout, which a wait added
+ * to the copy could pass (a timed-out prolog drains the node): there no job
+ * waits, each copies on its own. */
 #include "config.h"
 
 #include <errno.h>
@@ -152,7 +155,7 @@ static enum fill_wait wait_fill(const struct sh_config *cfg, const struct sh_sta
             keep(fd, src);
             return FILL_GOT;
         }
-        if (r < 0 || !may_wait(job, h))
+        if (r < 0 || cfg->on_node_fault == SH_FAULT_DRAIN || !may_wait(job, h))
             return FILL_NOT_WAITED;
         if (now >= deadline)
             return FILL_BOUND;
