@@ -118,22 +118,23 @@ proc_io() {
     on_node "$1" awk -v k="$3" '$1 == k":" {print $2}' "/proc/$2/io" 2>/dev/null || echo 0
 }
 
-# kill_at_io NODE PID FIELD BYTES: inside node NODE, SIGKILL process PID
+# kill_at_io NODE PID FIELD BYTES [SIGNAL]: inside node NODE, send SIGNAL
+# (default KILL; as root) to process PID
 # once its /proc/PID/io FIELD (rchar or wchar) reaches BYTES; prints the
 # count it had when killed. One loop in the node, polling every 5 ms: a
 # poll from the host costs a namespace entry each time, and under load the
 # transfer could finish between two polls. Fails when PID is gone before.
 kill_at_io() {
     on_node "$1" sh -c '
-        pid=$1 field=$2 want=$3 n=0 io=0
+        pid=$1 field=$2 want=$3 sig=$4 n=0 io=0
         while [ "$n" -lt 4000 ]; do
             io=$(awk -v k="$field" '"'"'$1 == k":" {print $2}'"'"' "/proc/$pid/io" 2>/dev/null) || exit 1
             [ -n "$io" ] || exit 1
-            if [ "$io" -ge "$want" ]; then kill -9 "$pid" && echo "$io" && exit 0; exit 1; fi
+            if [ "$io" -ge "$want" ]; then kill -s "$sig" "$pid" && echo "$io" && exit 0; exit 1; fi
             sleep 0.005
             n=$((n + 1))
         done
-        kill -9 "$pid" && echo "$io"' sh "$2" "$3" "$4"
+        kill -s "$sig" "$pid" && echo "$io"' sh "$2" "$3" "$4" "${5:-KILL}"
 }
 
 # The first engine pid of a staging to or from @2 (engine_pids) on node @1,
