@@ -340,4 +340,4 @@ if [ ${#errors[@]} -gt 0 ]; then
     printf 'FAIL: %s\n' "${errors[@]}"
     exit 1
 fi
-echo "ok: a dead node's engine, agent or link: the others got verified copies, the job failed naming it, no drain, the next job copied to it only"
+echo "ok (${cases:-engine}): a dead node's engine, agent or link: the others got verified copies, the job failed naming it (under on_node_fault=drain, a crashed engine: only its node drained, the job requeued), no other drain, the next job copied to it only"
