@@ -335,3 +335,15 @@ registry_access() { # log offset
     tail -c +"$(($2 + 1))" "$1" | grep -E '^[0-9.]+ - - \[' | awk '{print $1, substr($6, 2), $7, $9, $10}'
 }
 registry_log_offset() { stat -c %s "$1"; }
+
+# wait_drained TRIES: the drained nodes, each followed by a space ("n2 "),
+# polling every 0.2 s up to TRIES times until there is one; "" when none.
+wait_drained() {
+    local drained=""
+    for _ in $(seq 1 "$1"); do
+        drained=$(sinfo -h -N -o '%N %T' | awk '$2 ~ /drain/ { print $1 }' | sort -u | tr '\n' ' ')
+        [ -n "$drained" ] && break
+        sleep 0.2
+    done
+    printf '%s' "$drained"
+}

@@ -80,6 +80,19 @@ baseline() {
     secs=$(job_secs "$id")
 }
 
+# wait_left_behind VICTIM DST: what a failed staging of DST left behind,
+# waiting up to 10 s: temp files on any node, and the lock file beside DST
+# on the dead node VICTIM (it has no DST); "" when nothing.
+wait_left_behind() {
+    local victim=$1 dst=$2 left=""
+    for _ in $(seq 1 50); do
+        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -Fx '.${dst##*/}.lock' | sed 's|^|$victim:|'" || true)
+        [ -z "$left" ] && break
+        sleep 0.2
+    done
+    printf '%s' "$left"
+}
+
 # repair_case WHAT SRC DST NODES VICTIM OUT: stage SRC to DST on NODES, kill
 # VICTIM (WHAT: engine, agent or link) once its engine wrote half of the
 # file, and check the outcome. Appends to errors; the job's seconds into
@@ -165,11 +178,7 @@ repair_case() {
     done
     # nothing left behind: no temp file anywhere; the dead node has no lock
     # file (no DST), the others only the one beside their DST
-    for _ in $(seq 1 50); do
-        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -Fx '.${dst##*/}.lock' | sed 's|^|$victim:|'" || true)
-        [ -z "$left" ] && break
-        sleep 0.2
-    done
+    left=$(wait_left_behind "$victim" "$dst")
     [ -z "$left" ] || errors+=("$what: left behind: $left")
     assert_runtime_gone "$id" 60
     assert_no_drain
@@ -219,12 +228,7 @@ drain_case() {
     io=$(kill_at_io "$victim" "$pid" wchar "$half" SEGV) ||
         fail "drain: the engine on $victim ended before half of the file (job $id)"
     echo "drain: engine on $victim crashed (SIGSEGV) at $((io * 50 / half)) % of the copy (job $id)"
-    drained=""
-    for _ in $(seq 1 600); do
-        drained=$(sinfo -h -N -o '%N %T' | awk '$2 ~ /drain/ { print $1 }' | sort -u | tr '\n' ' ')
-        [ -n "$drained" ] && break
-        sleep 0.2
-    done
+    drained=$(wait_drained 600)
     shape_clear
     [ "$drained" = "$victim " ] || errors+=("drain: drained '${drained}', expected only $victim ($(sinfo -h -R))")
     reason=$(sinfo -h -R -n "$victim" -o '%E')
@@ -251,11 +255,7 @@ drain_case() {
         ino[$n]=$(on_node "$n" stat -c %i "$dst" 2>/dev/null)
     done
     [ -z "$(node_md5 "$victim" "$dst")" ] || errors+=("drain: $victim (dead) has DST")
-    for _ in $(seq 1 50); do
-        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -Fx '.${dst##*/}.lock' | sed 's|^|$victim:|'" || true)
-        [ -z "$left" ] && break
-        sleep 0.2
-    done
+    left=$(wait_left_behind "$victim" "$dst")
     [ -z "$left" ] || errors+=("drain: left behind: $left")
     [ ${#errors[@]} -eq 0 ] || { scancel "$id"; return; }
     echo "drain: only $victim drained ($reason), job $id requeued and held, the others verified their copies"
