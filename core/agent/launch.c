@@ -187,6 +187,20 @@ static int startup_crash(const struct sh_pmix_outcome *po, int *sig)
     return -1;
 }
 
+/* Did this node's own engine crash in the failed run @po (px->run's errno
+ * @run_errno): ended by a crash signal (the kernel's fault, its own abort, or
+ * root's: core/engine/guard.c turns one a user's process sent into
+ * SH_ENGINE_EXIT_KILLED), and not during MPI start-up on some node (that is
+ * retried, startup_crash)? A node fault of this node's own (on_node_fault),
+ * in the repair around it too (doc/design.md §5). */
+static bool own_crash(const struct sh_pmix_outcome *po, int run_errno)
+{
+    int sig = 0;
+
+    return po->local_status >= 0 && run_errno == EIO && crash_signal(po->local_status) &&
+           startup_crash(po, &sig) < 0;
+}
+
 /* The engine's namespace from the sub-tree's root (@nspace there, NULL
  * elsewhere), and every participant's readiness: @unready is why this node
  * cannot run an engine ("" when it can). Returns 0 with the namespace in *@ns
@@ -414,8 +428,6 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
                           int run_errno, const char *logpath, bool *outcome, char *err,
                           size_t errlen)
 {
-    int sig = 0;
-
     if (po->local_status >= 0 && WIFEXITED(po->local_status) &&
         WEXITSTATUS(po->local_status) == SH_ENGINE_EXIT_KILLED) {
         /* a crash signal from a process of the user (the engine is
@@ -435,12 +447,9 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
     /* this node's fault (on_node_fault): our own engine crashed, or
      * could not be executed here (exit 127: missing or broken
      * installation); a kill (deadline, a peer's failure) is not */
-    if (po->local_status >= 0)
-        a->own_fault = a->own_fault ||
-                       (run_errno == EIO && crash_signal(po->local_status) &&
-                        startup_crash(po, &sig) < 0) ||
-                       (WIFEXITED(po->local_status) &&
-                        WEXITSTATUS(po->local_status) == 127);
+    a->own_fault = a->own_fault || own_crash(po, run_errno) ||
+                   (po->local_status >= 0 && WIFEXITED(po->local_status) &&
+                    WEXITSTATUS(po->local_status) == 127);
     /* the engine's own reason: in the slurmd log of this node (an exit
      * status alone does not say what failed) */
     if (po->local_status >= 0) {
@@ -649,7 +658,11 @@ again:
             a->deadline - sh_now_ns() > 10 * (int64_t)1000000000 &&
             repair_split(&po, names, n, dead, rp->lost, sizeof(rp->lost))) {
             /* Nodes died mid-copy: the others copy again without them, a
-             * fresh copy from the reader over a chain that leaves them out. */
+             * fresh copy from the reader over a chain that leaves them out.
+             * A dead node whose own engine crashed is at fault (drained
+             * under on_node_fault=drain); the survivors never are. */
+            if (dead[me])
+                a->own_fault = a->own_fault || own_crash(&po, run_errno);
             px->outcome_free(&po);
             sweep_own_temps(a, sh_spec_set_dst(a->specs, img));
             if (dead[me]) {

@@ -118,22 +118,23 @@ proc_io() {
     on_node "$1" awk -v k="$3" '$1 == k":" {print $2}' "/proc/$2/io" 2>/dev/null || echo 0
 }
 
-# kill_at_io NODE PID FIELD BYTES: inside node NODE, SIGKILL process PID
+# kill_at_io NODE PID FIELD BYTES [SIGNAL]: inside node NODE, send SIGNAL
+# (default KILL; as root) to process PID
 # once its /proc/PID/io FIELD (rchar or wchar) reaches BYTES; prints the
 # count it had when killed. One loop in the node, polling every 5 ms: a
 # poll from the host costs a namespace entry each time, and under load the
 # transfer could finish between two polls. Fails when PID is gone before.
 kill_at_io() {
     on_node "$1" sh -c '
-        pid=$1 field=$2 want=$3 n=0 io=0
+        pid=$1 field=$2 want=$3 sig=$4 n=0 io=0
         while [ "$n" -lt 4000 ]; do
             io=$(awk -v k="$field" '"'"'$1 == k":" {print $2}'"'"' "/proc/$pid/io" 2>/dev/null) || exit 1
             [ -n "$io" ] || exit 1
-            if [ "$io" -ge "$want" ]; then kill -9 "$pid" && echo "$io" && exit 0; exit 1; fi
+            if [ "$io" -ge "$want" ]; then kill -s "$sig" "$pid" && echo "$io" && exit 0; exit 1; fi
             sleep 0.005
             n=$((n + 1))
         done
-        kill -9 "$pid" && echo "$io"' sh "$2" "$3" "$4"
+        kill -s "$sig" "$pid" && echo "$io"' sh "$2" "$3" "$4" "${5:-KILL}"
 }
 
 # The first engine pid of a staging to or from @2 (engine_pids) on node @1,
@@ -334,3 +335,15 @@ registry_access() { # log offset
     tail -c +"$(($2 + 1))" "$1" | grep -E '^[0-9.]+ - - \[' | awk '{print $1, substr($6, 2), $7, $9, $10}'
 }
 registry_log_offset() { stat -c %s "$1"; }
+
+# wait_drained TRIES: the drained nodes, each followed by a space ("n2 "),
+# polling every 0.2 s up to TRIES times until there is one; "" when none.
+wait_drained() {
+    local drained=""
+    for _ in $(seq 1 "$1"); do
+        drained=$(sinfo -h -N -o '%N %T' | awk '$2 ~ /drain/ { print $1 }' | sort -u | tr '\n' ' ')
+        [ -n "$drained" ] && break
+        sleep 0.2
+    done
+    printf '%s' "$drained"
+}

@@ -56,12 +56,7 @@ on_node "$victim" mount -o remount,ro "$mnt" || fail "remount ro"
 off=$(log_offset "$victim")
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
          --wrap 'echo script-ran') || fail "sbatch refused: $id"
-drained=""
-for _ in $(seq 1 300); do
-    drained=$(sinfo -h -N -o '%N %T' | awk '$2 ~ /drain/ { print $1 }' | sort -u | tr '\n' ' ')
-    [ -n "$drained" ] && break
-    sleep 0.2
-done
+drained=$(wait_drained 300)
 [ "$drained" = "$victim " ] || fail "(b) drained: '${drained}', expected only $victim ($(sinfo -h -R))"
 reason=$(sinfo -h -R -n "$victim" -o '%E')
 case "$reason" in *[Pp]rolog*) ;; *) fail "(b) $victim drained for '$reason', expected a prolog error" ;; esac

@@ -14,7 +14,12 @@
 # The time to finish with and without the fault is printed.
 # STAGEHAND_TEST_FULL=1 (tests/run.sh --full) also: A at N=8 (the 4th node)
 # on an instance of its own (8 nodes), brought up and down here: 7 verified
-# copies.
+# copies; and D, under on_node_fault=drain, the middle node's engine crashes
+# at ~50 % (SIGSEGV from root, as the kernel's would be: a node fault of its
+# own; a SIGKILL is not one, a job's user can send it): it drains (a prolog
+# error) and no other, Slurm requeues and holds the job, the others publish
+# verified copies; after the node is resumed and the job released, the job
+# copies to that node only and completes.
 # Cases F06, F21, F22.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts run in the node's shell
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +35,10 @@ secs=0
 
 cleanup_nodes() {
     shape_clear
+    plugstack_restore
+    for n in $MINICLUSTER_NODES; do
+        sinfo -h -N -n "$n" -o '%T' | grep -q drain && scontrol update nodename="$n" state=resume
+    done
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
@@ -69,6 +78,19 @@ baseline() {
     st=$(wait_job_end "$id" 180)
     [ "$st" = COMPLETED ] || fail "the staging without a fault (job $id) ended $st: $(cat "$4")"
     secs=$(job_secs "$id")
+}
+
+# wait_left_behind VICTIM DST: what a failed staging of DST left behind,
+# waiting up to 10 s: temp files on any node, and the lock file beside DST
+# on the dead node VICTIM (it has no DST); "" when nothing.
+wait_left_behind() {
+    local victim=$1 dst=$2 left=""
+    for _ in $(seq 1 50); do
+        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -Fx '.${dst##*/}.lock' | sed 's|^|$victim:|'" || true)
+        [ -z "$left" ] && break
+        sleep 0.2
+    done
+    printf '%s' "$left"
 }
 
 # repair_case WHAT SRC DST NODES VICTIM OUT: stage SRC to DST on NODES, kill
@@ -156,11 +178,7 @@ repair_case() {
     done
     # nothing left behind: no temp file anywhere; the dead node has no lock
     # file (no DST), the others only the one beside their DST
-    for _ in $(seq 1 50); do
-        left=$(temp_files_in "/nvme/$tok"; on_node "$victim" sh -c "ls -A '${dst%/*}' 2>/dev/null | grep -Fx '.${dst##*/}.lock' | sed 's|^|$victim:|'" || true)
-        [ -z "$left" ] && break
-        sleep 0.2
-    done
+    left=$(wait_left_behind "$victim" "$dst")
     [ -z "$left" ] || errors+=("$what: left behind: $left")
     assert_runtime_gone "$id" 60
     assert_no_drain
@@ -190,6 +208,76 @@ next_copies_one() {
     echo "next job $id copied to $victim only: $(job_secs "$id") s"
 }
 
+# drain_case SRC DST NODES VICTIM OUT: case D, the engine of VICTIM crashes
+# (SIGSEGV) at half of the copy under on_node_fault=drain (set here, restored
+# on exit).
+drain_case() {
+    local src=$1 dst=$2 nodes=$3 victim=$4 out=$5 want id pid io drained reason st n
+    local half=$((size / 2)) off got left
+    declare -A ino
+    want=$(md5sum "$src" | cut -d' ' -f1)
+    [ "$victim" = "${nodes##* }" ] || [ "${MINICLUSTER_STACK:-bookworm}" != bookworm ] ||
+        half=$size
+    plugstack_save
+    plugstack_add on_node_fault=drain
+    shape_links --link 200mbit --node "$victim" || fail "cannot shape $victim's link"
+    off=$(log_offset "$victim")
+    id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
+    pid=$(wait_engine_pid "$victim" "$tok" 90)
+    [ -n "$pid" ] || fail "drain: no engine on $victim (job $id: $(cat "$out" 2>/dev/null))"
+    io=$(kill_at_io "$victim" "$pid" wchar "$half" SEGV) ||
+        fail "drain: the engine on $victim ended before half of the file (job $id)"
+    echo "drain: engine on $victim crashed (SIGSEGV) at $((io * 50 / half)) % of the copy (job $id)"
+    drained=$(wait_drained 600)
+    shape_clear
+    [ "$drained" = "$victim " ] || errors+=("drain: drained '${drained}', expected only $victim ($(sinfo -h -R))")
+    reason=$(sinfo -h -R -n "$victim" -o '%E')
+    case "$reason" in *[Pp]rolog*) ;; *) errors+=("drain: $victim drained for '$reason', expected a prolog error") ;; esac
+    # Slurm requeues a batch job whose prolog failed and holds it
+    for _ in $(seq 1 300); do
+        st=$(scontrol -o show job "$id" | grep -oE 'JobState=[A-Z_]+ Reason=[^ ]+')
+        case "$st" in *PENDING*[Hh]eld*) break ;; esac
+        sleep 0.2
+    done
+    case "$st" in *PENDING*[Hh]eld*) ;; *) errors+=("drain: job $id is '$st', expected requeued and held") ;; esac
+    ! grep -q script-ran "$out" 2>/dev/null || errors+=("drain: the batch script ran without its image")
+    log_since "$victim" "$off" | grep -aq "stagehand: job $id user .*staging failed on $victim: .*$victim" ||
+        errors+=("drain: no failure line naming $victim in its slurmd log")
+    # the others' prologs went on around the dead node: verified copies
+    for n in $nodes; do
+        [ "$n" = "$victim" ] && continue
+        for _ in $(seq 1 300); do
+            got=$(node_md5 "$n" "$dst")
+            [ "$got" = "$want" ] && break
+            sleep 0.2
+        done
+        [ "$got" = "$want" ] || errors+=("drain: $n: DST is '${got:-absent}', expected a verified copy")
+        ino[$n]=$(on_node "$n" stat -c %i "$dst" 2>/dev/null)
+    done
+    [ -z "$(node_md5 "$victim" "$dst")" ] || errors+=("drain: $victim (dead) has DST")
+    left=$(wait_left_behind "$victim" "$dst")
+    [ -z "$left" ] || errors+=("drain: left behind: $left")
+    [ ${#errors[@]} -eq 0 ] || { scancel "$id"; return; }
+    echo "drain: only $victim drained ($reason), job $id requeued and held, the others verified their copies"
+    # the site resumes the node and releases the job: it copies to the
+    # resumed node only and runs
+    scontrol update nodename="$victim" state=resume || fail "cannot resume $victim"
+    scontrol release "$id" || fail "cannot release job $id"
+    st=$(wait_job_end "$id" 180)
+    [ "$st" = COMPLETED ] || { errors+=("drain: job $id ended $st after its release: $(cat "$out")"); return; }
+    grep -q script-ran "$out" || errors+=("drain: the released job's script did not run: $(cat "$out")")
+    for n in $nodes; do
+        got=$(node_md5 "$n" "$dst")
+        [ "$got" = "$want" ] || errors+=("drain: $n: DST is '${got:-absent}' after the release")
+        [ "$n" = "$victim" ] && continue
+        [ "${ino[$n]}" = "$(on_node "$n" stat -c %i "$dst")" ] ||
+            errors+=("drain: the released job copied to $n again: it should copy to $victim only")
+    done
+    assert_no_drain
+    plugstack_restore
+    echo "drain: after the resume and release, job $id copied to $victim only and completed"
+}
+
 run_suite() { # NODES (first: the reader) VICTIM CASES...
     local nodes=$1 victim=$2 src out t0
     shift 2
@@ -200,6 +288,11 @@ run_suite() { # NODES (first: the reader) VICTIM CASES...
     t0=$secs
     echo "N=$(wc -w <<<"$nodes") $size_mib MiB without a fault: $t0 s"
     for c in "$@"; do
+        if [ "$c" = drain ]; then
+            drain_case "$src" "/nvme/$tok/$c" "$nodes" "$victim" "$out"
+            [ ${#errors[@]} -gt 0 ] && break
+            continue
+        fi
         repair_case "$c" "$src" "/nvme/$tok/$c" "$nodes" "$victim" "$out"
         echo "N=$(wc -w <<<"$nodes") $size_mib MiB, $c of $victim killed at ~50 %: $secs s (without a fault $t0 s)"
         [ ${#errors[@]} -gt 0 ] && break
@@ -238,7 +331,7 @@ else
     [ "$k" -ge 3 ] || skip "needs 3 nodes"
     read -r n0 n1 n2 _ <<<"$MINICLUSTER_NODES"
     cases=${REPAIR_CASES:-engine agent}
-    [ "${STAGEHAND_TEST_FULL:-0}" = 1 ] && cases=${REPAIR_CASES:-engine agent link}
+    [ "${STAGEHAND_TEST_FULL:-0}" = 1 ] && cases=${REPAIR_CASES:-engine agent link drain}
     # shellcheck disable=SC2086  # a list of cases
     run_suite "$n0 $n1 $n2" "$n1" $cases
 fi
@@ -247,4 +340,4 @@ if [ ${#errors[@]} -gt 0 ]; then
     printf 'FAIL: %s\n' "${errors[@]}"
     exit 1
 fi
-echo "ok: a dead node's engine, agent or link: the others got verified copies, the job failed naming it, no drain, the next job copied to it only"
+echo "ok (${cases:-engine}): a dead node's engine, agent or link: the others got verified copies, the job failed naming it (under on_node_fault=drain, a crashed engine: only its node drained, the job requeued), no other drain, the next job copied to it only"
