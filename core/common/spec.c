@@ -96,6 +96,17 @@ static int set_reserve(struct sh_spec_set *set, size_t want)
     return 0;
 }
 
+/* Whether paths @a, @b and @dst end in the same file name: two sources
+ * whose default destinations (the default directory plus the file name)
+ * collide. */
+static bool same_file_name(const char *a, const char *b, const char *dst)
+{
+    const char *na = strrchr(a, '/'), *nb = strrchr(b, '/'), *nd = strrchr(dst, '/');
+
+    return a[0] == '/' && b[0] == '/' && na != NULL && nb != NULL && nd != NULL &&
+           strcmp(na, nb) == 0 && strcmp(na, nd) == 0;
+}
+
 /* Compare (src, dst) with every image of @set. Returns 1 if the identical
  * image is present, 0 if it can be added, -1 (message in err) on conflict. */
 static int set_check(const struct sh_spec_set *set, const char *src,
@@ -111,10 +122,14 @@ static int set_check(const struct sh_spec_set *set, const char *src,
                 return 1;
             sh_errf(err, errlen,
                    "destination '%s' specified multiple times with different "
-                   "sources ('%s' and '%s')",
+                   "sources ('%s' and '%s')%s",
                    sh_spec_display(dst, s1, sizeof(s1)),
                    sh_spec_display(im->src, s2, sizeof(s2)),
-                   sh_spec_display(src, s3, sizeof(s3)));
+                   sh_spec_display(src, s3, sizeof(s3)),
+                   same_file_name(im->src, src, dst)
+                       ? ": two sources of the same file name; give one of "
+                         "them its own destination (SRC:DST)"
+                       : "");
             return -1;
         }
         if (sh_spec_path_is_under(dst, im->dst) ||

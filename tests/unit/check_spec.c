@@ -193,6 +193,10 @@ static const struct value_case corpus[] = {
       { NULL } },
     { "/a:/nvme/x,/b:/nvme/x/y", EINVAL, "overlap", 0, { NULL }, { NULL } },
     { "/a,/b/a", EINVAL, "specified multiple times", 0, { NULL }, { NULL } },
+    /* two sources of one file name collide in the default directory */
+    { "/x/img.sqsh,/y/img.sqsh", EINVAL,
+      "two sources of the same file name; give one of them its own "
+      "destination (SRC:DST)", 0, { NULL }, { NULL } },
 };
 
 static void check_case(const struct value_case *c)
@@ -387,6 +391,8 @@ START_TEST(conflict_is_atomic)
     ck_assert_ptr_nonnull(strstr(err, "destination '/nvme/x' specified "
                                       "multiple times with different "
                                       "sources ('/a.sqsh' and '/b.sqsh')"));
+    /* different file names: no hint about default destinations */
+    ck_assert_ptr_null(strstr(err, "same file name"));
     ck_assert_uint_eq(sh_spec_set_count(set), 1);
     ck_assert_int_eq(sh_spec_add_value(set, "/new.sqsh:/nvme/n,relative",
                                        DEFDIR, err, sizeof(err)), -1);
