@@ -172,10 +172,27 @@ if [[ " $regimes " == *" burst "* ]]; then
             [ "$v" = cache ] && opt=(--stage-image="$src")
             say "burst rep $rep: $burst jobs on n1, $v (load $(load1))"
             ctl_off=$(stat -c %s "$STATE/log/slurmctld.log")
+            # the CPU time of n1's slurmd and all it forks during the round
+            # (perf stat's task-clock; CPU time does not grow with the load
+            # the way wall time does): the option's cost a job
+            pp=""
+            if command -v perf >/dev/null; then
+                perf stat -x, -e task-clock -p "$(cat "$STATE/pids/slurmd.n1.daemon.pid")" \
+                    -o "$out/.burst-cpu.$$" &
+                pp=$!
+                sleep 0.5
+            fi
             t0=$(now)
             as_user sbatch --parsable -N1 -w n1 -o /dev/null --array=1-"$burst" "${opt[@]}" \
                 --wrap "$script" >/dev/null
             wait_idle
+            if [ -n "$pp" ]; then
+                kill -INT "$pp"
+                wait "$pp" 2>/dev/null || true
+                row burst-cpu "$v" 1 "$rep" all \
+                    "$(awk -F, '/task-clock/ { printf "%.3f", $1 / 1000 }' "$out/.burst-cpu.$$")" 1 "$(load1)"
+                rm -f "$out/.burst-cpu.$$"
+            fi
             ran=$(find "$outdir" -type f | wc -l)
             say "burst rep $rep $v: $ran of $burst scripts ran, $(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s"
             for ((m = ran; m < burst; m++)); do row burst "$v" 1 "$rep" missing nan 0 "$(load1)"; done

@@ -64,6 +64,20 @@ for regime, title, variants in sections:
                     out.append(f"| round {rep}: {label} | {len(v)} of {n} | "
                                f"{statistics.median(v)*1e3:.0f} | {q(v, 0.95)*1e3:.0f} | "
                                f"{min(v)*1e3:.0f}-{max(v)*1e3:.0f} |")
+    cpu = {k: [float(r["seconds"]) for r in rows if r["regime"] == "burst-cpu" and r["variant"] == k]
+           for k, _ in variants} if regime == "burst" else {}
+    if all(cpu.values()) and cpu:
+        # the CPU the option adds a job, and what that costs the burst's
+        # last job when the host's 2 cores do nothing else
+        jobs = int(burst) if burst.isdigit() else 0
+        per = {k: statistics.median(v) for k, v in cpu.items()}
+        out.append("")
+        out.append(f"CPU time of n1's slurmd and all it forked, per round of {burst} jobs (perf stat task-clock): "
+                   + "; ".join(f"{dict(variants)[k]}: {', '.join(f'{x:.2f}' for x in v)} s" for k, v in cpu.items()))
+        if jobs:
+            add = (per["cache"] - per["nooption"]) / jobs
+            out.append(f"- added CPU a job (medians): {add*1e3:+.1f} ms; over 2 cores that is "
+                       f"{add*jobs/2:+.2f} s of queueing for the round's last job")
     out.append("")
     base = "nooption" if regime != "cold" else "dst"
     for key, label in variants:

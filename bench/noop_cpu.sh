@@ -2,7 +2,11 @@
 # CPU cost of a no-op staging on the nodes (every node current), against the
 # same job without --stage-image, in one alternating run.
 #
-#   bench/noop_cpu.sh [--nodes "2 8"] [--reps 5]
+#   bench/noop_cpu.sh [--nodes "2 8"] [--reps 5] [--cache]
+#
+# --cache stages SRC without DST, into the node image cache (the plugstack
+# line's cache=, issue 34): the warm cache's no-op (the entry linked and
+# referenced) instead of an explicit current DST's.
 #
 # Wall time of the no-op at N=8 on this host mixes two things: each node's
 # own work and the fact that all emulated nodes share the host's CPUs. This
@@ -26,11 +30,12 @@ export MINICLUSTER_NET=${MINICLUSTER_NET:-10.78.0}
 export MINICLUSTER_SHARED=${MINICLUSTER_SHARED:-/shared-bench}
 export STAGEHAND_PREFIX=${STAGEHAND_PREFIX:-/opt/stagehand-bench}
 mc="$top/contrib/minicluster/minicluster"
-nodes="2 8" reps=5
+nodes="2 8" reps=5 cache=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --nodes) nodes=${2:?--nodes needs a list}; shift 2 ;;
         --reps) reps=${2:?--reps needs a count}; shift 2 ;;
+        --cache) cache=1; shift ;;
         *) echo "noop_cpu.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
@@ -64,6 +69,11 @@ chmod 755 "$MINICLUSTER_SHARED/noop-cpu" "$MINICLUSTER_SHARED/noop-cpu/job.sh"
 chmod 644 "$MINICLUSTER_SHARED/noop-cpu/img.sqsh"
 pids=$(cat "$MINICLUSTER_STATE"/pids/slurmd.n*.daemon.pid | paste -sd,)
 opt="--stage-image=$MINICLUSTER_SHARED/noop-cpu/img.sqsh:/nvme/noop-cpu/img.sqsh"
+if [ "$cache" = 1 ]; then
+    grep -q '^required .*stagehand\.so.* cache=' "$(dirname "$SLURM_CONF")/plugstack.conf" ||
+        { echo "noop_cpu.sh: --cache: the instance's plugstack line has no cache=" >&2; exit 2; }
+    opt="--stage-image=$MINICLUSTER_SHARED/noop-cpu/img.sqsh"
+fi
 
 job() { # nodes option... -> CPU ms of every slurmd tree for one job
     local n=$1 pp
