@@ -28,12 +28,17 @@
  * and MPI_Finalize's come after these. */
 #define MPI_INIT_FENCES 2
 
-/* The line our engine wrote to its log (@path) when a user's process sent
- * it a crash signal (SH_ENGINE_EXIT_KILLED): what follows the engine's tag
- * "[signal] ", up to the line's end, into @buf ("" when there is none). */
-static void engine_killed_line(const char *path, char *buf, size_t len)
+/* A rule for engine_log_scan: look at one @line of the engine's log (with
+ * its newline, if it has one) and put what it finds into @buf; true ends the
+ * scan. */
+typedef bool (*engine_log_rule)(const char *line, char *buf, size_t len);
+
+/* Scan our engine's log (@path) line by line (lines of up to 511 bytes)
+ * with @rule, into @buf ("" when the log cannot be opened or @rule finds
+ * nothing). The log is in the runtime directory, which goes with the job:
+ * the line found is what is left. */
+static void engine_log_scan(const char *path, engine_log_rule rule, char *buf, size_t len)
 {
-    static const char tag[] = "stagehand-bcast: [signal] ";
     char line[512];
     FILE *f = fopen(path, "r");
 
@@ -41,43 +46,44 @@ static void engine_killed_line(const char *path, char *buf, size_t len)
     if (f == NULL)
         return;
     while (fgets(line, sizeof(line), f) != NULL) {
-        const char *p = strstr(line, tag);
-
-        if (p != NULL) {
-            p += sizeof(tag) - 1;
-            snprintf(buf, len, "%.*s", (int)strcspn(p, ";\n"), p);
-        }
+        if (rule(line, buf, len))
+            break;
     }
     fclose(f);
 }
 
-/* The first error line our engine wrote to its log (@path), its own
- * account of why it failed ("stagehand-bcast job=J node=N rank=R [phase]
- * error: ..."; later error lines are mostly consequences of the first),
- * without the newline, into @buf; without one, the log's last line of text
- * (an MPI library that ends the process writes its own message, not ours);
- * "" when the log is empty. The log is in the runtime directory, which goes
- * with the job: this line is what is left. */
-static void engine_error_line(const char *path, char *buf, size_t len)
+/* The line our engine wrote when a user's process sent it a crash signal
+ * (SH_ENGINE_EXIT_KILLED): what follows the engine's tag "[signal] ", up to
+ * a ';' or the line's end (the last such line). */
+static bool killed_rule(const char *line, char *buf, size_t len)
 {
-    char line[512];
-    FILE *f = fopen(path, "r");
+    static const char tag[] = "stagehand-bcast: [signal] ";
+    const char *p = strstr(line, tag);
 
-    buf[0] = '\0';
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        size_t n = strcspn(line, "\n");
-
-        if (strstr(line, " error: ") != NULL) {
-            snprintf(buf, len, "%.*s", (int)n, line);
-            break;
-        }
-        /* the last line with text: not blank, not a rule of dashes */
-        if (line[strspn(line, " \t-")] != '\n' && line[strspn(line, " \t-")] != '\0')
-            snprintf(buf, len, "%.*s", (int)n, line);
+    if (p != NULL) {
+        p += sizeof(tag) - 1;
+        snprintf(buf, len, "%.*s", (int)strcspn(p, ";\n"), p);
     }
-    fclose(f);
+    return false;
+}
+
+/* The first error line our engine wrote, its own account of why it failed
+ * ("stagehand-bcast job=J node=N rank=R [phase] error: ..."; later error
+ * lines are mostly consequences of the first), without the newline; until
+ * one is found, the last line of text (an MPI library that ends the process
+ * writes its own message, not ours). */
+static bool error_rule(const char *line, char *buf, size_t len)
+{
+    size_t n = strcspn(line, "\n");
+
+    if (strstr(line, " error: ") != NULL) {
+        snprintf(buf, len, "%.*s", (int)n, line);
+        return true;
+    }
+    /* the last line with text: not blank, not a rule of dashes */
+    if (line[strspn(line, " \t-")] != '\n' && line[strspn(line, " \t-")] != '\0')
+        snprintf(buf, len, "%.*s", (int)n, line);
+    return false;
 }
 
 /* waitpid(2) status @st: killed by a signal that means a crash (not one
@@ -269,7 +275,7 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
          * theirs): the job's error, never a node fault, no restart */
         char line[256];
 
-        engine_killed_line(logpath, line, sizeof(line));
+        engine_log_scan(logpath, killed_rule, line, sizeof(line));
         snprintf(err, errlen, "engine %s", line[0] != '\0' ? line :
                  "killed by a crash signal a user's process sent, not a crash");
         sh_error("stage", "job %" PRIu64 " user %s: %s: the engine on this node was %s "
@@ -290,7 +296,7 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
     if (po->local_status >= 0) {
         char line[512];
 
-        engine_error_line(logpath, line, sizeof(line));
+        engine_log_scan(logpath, error_rule, line, sizeof(line));
         if (line[0] != '\0')
             sh_error("stage", "job %" PRIu64 ": %s: the engine on this node: %s", a->in.jobid,
                      sh_spec_set_dst(a->specs, img), line);
