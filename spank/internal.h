@@ -20,6 +20,8 @@
  *   staging.c        the staging's steps (root): lock, local check or agent,
  *                    status file; in the staging process, the prolog under
  *                    on_node_fault=drain, or a step's slurmstepd
+ *   agent_io.c       the staging's agent (root, in the same processes):
+ *                    spawn, inputs, outputs, deadline, reaping
  *   localcheck.c     the local check: a node whose copy is current needs no
  *                    agent and does not wait for the others (a child forked
  *                    as the job user)
@@ -36,8 +38,8 @@
  *                    step's exit under PrologFlags=RunInJob, root: stop what
  *                    staging left running, remove the job's runtime entries
  *
- * Private headers: internal.h (this), staging.h, joblock.h. Nothing here is
- * exported from the .so (stagehand.map). */
+ * Private headers: internal.h (this), staging.h, agent_io.h, joblock.h.
+ * Nothing here is exported from the .so (stagehand.map). */
 #ifndef STAGEHAND_SPANK_INTERNAL_H
 #define STAGEHAND_SPANK_INTERNAL_H
 

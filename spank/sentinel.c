@@ -22,6 +22,7 @@
 
 #include <slurm/spank.h>
 
+#include "agent_io.h"
 #include "joblock.h"
 #include "staging.h"
 #include "stagehand/agentio.h"

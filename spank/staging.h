@@ -3,6 +3,8 @@
  *                    file: a local check, else the agent (root; in the job
  *                    prolog's staging process, in the prolog itself under
  *                    on_node_fault=drain, or in a step's slurmstepd)
+ *   agent_io.c       the staging's agent: its start, inputs, outputs,
+ *                    deadline and reaping (agent_io.h; in the same processes)
  *   stage_process.c  the staging process the job prolog forks
  *                    ("stagehand-stage", root)
  *   sentinel.c       the sentinel a current node leaves ("sh-sentinel", root)
@@ -69,7 +71,7 @@ struct sh_agent_result;
 struct sh_staging {
     const struct sh_stage_job *job;
     const struct sh_config *cfg;   /* NULL until loaded, or misconfigured */
-    struct sh_agent_result *res;   /* the outcome so far (staging.c) */
+    struct sh_agent_result *res;   /* the outcome so far (agent_io.h) */
     char status_path[512];
     int lock_fd;                   /* the job's lock (joblock.h), or -1 */
     int64_t t_entry;               /* sh_now_ns() when the plugin was called */
@@ -93,24 +95,6 @@ const char *sh_job_env(const char *name, const char *alt);
  * sent), or SH_UMASK_DEFAULT: never looser than private (issue 30). */
 unsigned sh_job_umask(const char *text);
 
-/* Move @fd to a descriptor number >= 3 (close-on-exec), closing the old one:
- * slurmd may run the prolog with fd 0-2 closed, so a pipe end can be 0, 1
- * or 2 and would be clobbered by the dup2 onto stdin/stdout. Returns the new
- * descriptor, or -1 with errno from fcntl(2) (@fd is closed either way). */
-int sh_above_stdio(int fd);
-
-/* The agent's command line and whole environment (F19: nothing of the
- * job's), for posix_spawn(3) and a woken sentinel's execve(2). */
-extern char *const sh_agent_argv[];
-extern char *const sh_agent_envp[];
-
-/* Write the agent's inputs (stagehand/agentio.h) to @fd, which is closed;
- * @detached: the prolog ends without the agent (local=current); @listener
- * >= 0: the agent's descriptor of the control-plane listener a sentinel
- * bound (listener=). Returns 0 or -1 (errno). */
-int sh_agent_write_inputs(int fd, const struct sh_stage_job *job, bool detached,
-                          int listener, int ac, char **av);
-
 /* ---- stage_process.c ------------------------------------------------ */
 
 /* The job prolog, holding the job's staging lock: fork the process that
@@ -121,7 +105,7 @@ pid_t sh_stage_process_start(struct sh_staging *s, int ac, char **av);
 /* In the staging process: the agent @pid it has started (the epilog's stop
  * is passed on to it). */
 void sh_stage_process_set_agent(pid_t pid);
-/* A step's staging whose job has ended (staging.c, issue 35 item 4): stop
+/* A step's staging whose job has ended (agent_io.c, issue 35 item 4): stop
  * it as the epilog stops the job prolog's, SIGTERM to the agent's session
  * @agent, and remember it (sh_stage_process_stopped). */
 void sh_stage_process_stop(pid_t agent);

@@ -1,9 +1,9 @@
 /* stagehand-agent --prolog: the engine's launch. On the nodes that take
  * part in an image's copy: join the image's own control tree, agree on a
  * PMIx namespace, and run the engine (stagehand-bcast) under the embedded
- * PMIx server (pmix_host.h) with its environment (engine_env;
- * the site's part, mpi_env, read as root by root_setup), its output in the
- * runtime directory; then classify how it ended. */
+ * PMIx server (pmix_host.h) with its command line and environment
+ * (engine_cmd.c), its output in the runtime directory; then classify how it
+ * ended. */
 #include "config.h"
 
 #include <errno.h>
@@ -20,94 +20,25 @@
 #include "staging.h"
 #include "stagehand/bcast.h"
 #include "stagehand/clock.h"
-#include "stagehand/hash.h"
 #include "stagehand/log.h"
-#include "stagehand/modes.h"
 #include "pmix_host.h"
-
-/* Read the site's mpi_env file (plugstack mpi_env=; F22: transport and
- * interface selection for the engine): "KEY=VALUE" lines, '#' comments and
- * blank lines. Only OMPI_MCA_*, UCX_* and PMIX_MCA_* keys are accepted, so
- * the file cannot change anything but the MPI stack. Read as root (an
- * admin's file). Returns 0, or -1 with the reason in @err. */
-int load_mpi_env(struct agent *a, char *err, size_t errlen)
-{
-    static const char *const prefixes[] = { "OMPI_MCA_", "UCX_", "PMIX_MCA_" };
-    char line[1024];
-    int lineno = 0;
-    FILE *f;
-
-    if (a->cfg.mpi_env[0] == '\0')
-        return 0;
-    f = fopen(a->cfg.mpi_env, "re");
-    if (f == NULL) {
-        snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s: %s",
-                 a->cfg.mpi_env, strerror(errno));
-        return -1;
-    }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        char *p = line, *eq;
-        size_t klen;
-        bool known = false;
-
-        lineno++;
-        line[strcspn(line, "\n")] = '\0';
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == '\0' || *p == '#')
-            continue;
-        eq = strchr(p, '=');
-        klen = eq != NULL ? (size_t)(eq - p) : 0;
-        for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
-            known = known || (klen > strlen(prefixes[i]) &&
-                              strncmp(p, prefixes[i], strlen(prefixes[i])) == 0);
-        for (size_t i = 0; known && i < klen; i++)
-            known = (p[i] >= 'A' && p[i] <= 'Z') || (p[i] >= 'a' && p[i] <= 'z') ||
-                    (p[i] >= '0' && p[i] <= '9') || p[i] == '_';
-        for (const char *v = eq != NULL ? eq + 1 : ""; known && *v != '\0'; v++)
-            known = (unsigned char)*v >= 0x20 && *v != 0x7f;
-        if (!known || a->n_mpi_env >= MAX_MPI_ENV) {
-            snprintf(err, errlen, "stagehand is misconfigured on this cluster: mpi_env=%.400s "
-                     "line %d: %s", a->cfg.mpi_env, lineno,
-                     a->n_mpi_env >= MAX_MPI_ENV ? "more than 64 settings"
-                     : "expected KEY=VALUE with an OMPI_MCA_, UCX_ or PMIX_MCA_ key");
-            fclose(f);
-            return -1;
-        }
-        a->mpi_env[a->n_mpi_env] = strdup(p);
-        if (a->mpi_env[a->n_mpi_env] == NULL) {
-            snprintf(err, errlen, "out of memory");
-            fclose(f);
-            return -1;
-        }
-        a->n_mpi_env++;
-    }
-    fclose(f);
-    return 0;
-}
-
-/* Is the KEY of "KEY=VALUE" @setting set by the site's mpi_env? */
-static bool mpi_env_has(const struct agent *a, const char *setting)
-{
-    size_t len = strcspn(setting, "=");
-
-    for (int i = 0; i < a->n_mpi_env; i++)
-        if (strncmp(a->mpi_env[i], setting, len) == 0 && a->mpi_env[i][len] == '=')
-            return true;
-    return false;
-}
 
 /* PMIx fences Open MPI 4.1's MPI_Init performs (the modex and the closing
  * barrier). The engine's own barrier right after MPI_Init (engine/wireup.c)
  * and MPI_Finalize's come after these. */
 #define MPI_INIT_FENCES 2
 
-/* The line our engine wrote to its log (@path) when a user's process sent
- * it a crash signal (SH_ENGINE_EXIT_KILLED): what follows the engine's tag
- * "[signal] ", up to the line's end, into @buf ("" when there is none). */
-static void engine_killed_line(const char *path, char *buf, size_t len)
+/* A rule for engine_log_scan: look at one @line of the engine's log (with
+ * its newline, if it has one) and put what it finds into @buf; true ends the
+ * scan. */
+typedef bool (*engine_log_rule)(const char *line, char *buf, size_t len);
+
+/* Scan our engine's log (@path) line by line (lines of up to 511 bytes)
+ * with @rule, into @buf ("" when the log cannot be opened or @rule finds
+ * nothing). The log is in the runtime directory, which goes with the job:
+ * the line found is what is left. */
+static void engine_log_scan(const char *path, engine_log_rule rule, char *buf, size_t len)
 {
-    static const char tag[] = "stagehand-bcast: [signal] ";
     char line[512];
     FILE *f = fopen(path, "r");
 
@@ -115,43 +46,44 @@ static void engine_killed_line(const char *path, char *buf, size_t len)
     if (f == NULL)
         return;
     while (fgets(line, sizeof(line), f) != NULL) {
-        const char *p = strstr(line, tag);
-
-        if (p != NULL) {
-            p += sizeof(tag) - 1;
-            snprintf(buf, len, "%.*s", (int)strcspn(p, ";\n"), p);
-        }
+        if (rule(line, buf, len))
+            break;
     }
     fclose(f);
 }
 
-/* The first error line our engine wrote to its log (@path), its own
- * account of why it failed ("stagehand-bcast job=J node=N rank=R [phase]
- * error: ..."; later error lines are mostly consequences of the first),
- * without the newline, into @buf; without one, the log's last line of text
- * (an MPI library that ends the process writes its own message, not ours);
- * "" when the log is empty. The log is in the runtime directory, which goes
- * with the job: this line is what is left. */
-static void engine_error_line(const char *path, char *buf, size_t len)
+/* The line our engine wrote when a user's process sent it a crash signal
+ * (SH_ENGINE_EXIT_KILLED): what follows the engine's tag "[signal] ", up to
+ * a ';' or the line's end (the last such line). */
+static bool killed_rule(const char *line, char *buf, size_t len)
 {
-    char line[512];
-    FILE *f = fopen(path, "r");
+    static const char tag[] = "stagehand-bcast: [signal] ";
+    const char *p = strstr(line, tag);
 
-    buf[0] = '\0';
-    if (f == NULL)
-        return;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        size_t n = strcspn(line, "\n");
-
-        if (strstr(line, " error: ") != NULL) {
-            snprintf(buf, len, "%.*s", (int)n, line);
-            break;
-        }
-        /* the last line with text: not blank, not a rule of dashes */
-        if (line[strspn(line, " \t-")] != '\n' && line[strspn(line, " \t-")] != '\0')
-            snprintf(buf, len, "%.*s", (int)n, line);
+    if (p != NULL) {
+        p += sizeof(tag) - 1;
+        snprintf(buf, len, "%.*s", (int)strcspn(p, ";\n"), p);
     }
-    fclose(f);
+    return false;
+}
+
+/* The first error line our engine wrote, its own account of why it failed
+ * ("stagehand-bcast job=J node=N rank=R [phase] error: ..."; later error
+ * lines are mostly consequences of the first), without the newline; until
+ * one is found, the last line of text (an MPI library that ends the process
+ * writes its own message, not ours). */
+static bool error_rule(const char *line, char *buf, size_t len)
+{
+    size_t n = strcspn(line, "\n");
+
+    if (strstr(line, " error: ") != NULL) {
+        snprintf(buf, len, "%.*s", (int)n, line);
+        return true;
+    }
+    /* the last line with text: not blank, not a rule of dashes */
+    if (line[strspn(line, " \t-")] != '\n' && line[strspn(line, " \t-")] != '\0')
+        snprintf(buf, len, "%.*s", (int)n, line);
+    return false;
 }
 
 /* waitpid(2) status @st: killed by a signal that means a crash (not one
@@ -296,97 +228,6 @@ static int engine_tree_join(struct agent *a, size_t img, const char **names, uin
     return 0;
 }
 
-/* The engine's command line: its options from the site's configuration, in
- * @e's buffers. SRC and DST go in the environment, not on the command line
- * that every user of the node can read (stagehand/bcast.h). */
-struct engine_cmd {
-    char segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16], dirmode[16];
-    char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64];
-    char env_tmp[PATH_MAX + 8], env_src[PATH_MAX + 32], env_dst[PATH_MAX + 32];
-    char env_srcname[PATH_MAX + 32];
-    const char *argv[32];
-    const char *envp[8 + MAX_MPI_ENV + SH_CONFIG_PML_ENV_MAX + 1];
-};
-
-static void engine_argv(const struct agent *a, uint32_t npart, struct engine_cmd *e)
-{
-    uint64_t secs = (uint64_t)((a->deadline - sh_now_ns()) / 1000000000);
-    size_t n = 0;
-
-    if (secs < 1)
-        secs = 1;
-    snprintf(e->segsz, sizeof(e->segsz), "%" PRIu64, a->cfg.segment_size);
-    snprintf(e->ranks, sizeof(e->ranks), "%u", npart);
-    snprintf(e->stall, sizeof(e->stall), "%" PRIu64 "ms", a->cfg.stall_timeout_ns / 1000000);
-    snprintf(e->depth, sizeof(e->depth), "%u", a->cfg.pipeline_depth);
-    snprintf(e->rahead, sizeof(e->rahead), "%u", a->cfg.read_ahead);
-    snprintf(e->dirmode, sizeof(e->dirmode), "%04o", a->cfg.dest_dir_mode);
-    snprintf(e->tmo, sizeof(e->tmo), "%" PRIu64 "s", secs);
-    e->argv[n++] = a->cfg.engine;
-    e->argv[n++] = "--check";
-    e->argv[n++] = sh_check_name(a->cfg.check);
-    e->argv[n++] = "--hash";
-    e->argv[n++] = sh_hash_name(a->cfg.hash);
-    e->argv[n++] = "--segment-size";
-    e->argv[n++] = e->segsz;
-    e->argv[n++] = "--pipeline-depth";
-    e->argv[n++] = e->depth;
-    e->argv[n++] = "--read-ahead";
-    e->argv[n++] = e->rahead;
-    e->argv[n++] = "--timeout";
-    e->argv[n++] = e->tmo;
-    e->argv[n++] = "--json";
-    e->argv[n++] = "--expect-ranks";
-    e->argv[n++] = e->ranks;
-    e->argv[n++] = "--stall-timeout";
-    e->argv[n++] = e->stall;
-    e->argv[n++] = "--dir-mode";
-    e->argv[n++] = e->dirmode;
-    e->argv[n++] = "--untraceable";
-    e->argv[n] = NULL;
-}
-
-/* The engine's environment, into @e->envp: SRC and DST (stagehand/bcast.h),
- * what Open MPI needs of Slurm's, the runtime directory as TMPDIR, then the
- * site's mpi_env settings and the defaults it left unset. */
-static void engine_env(const struct agent *a, size_t img, struct engine_cmd *e)
-{
-    /* Open MPI 4.1 needs SLURM_JOBID, SLURM_NODELIST and SLURM_STEP_ID
-     * under a foreign PMIx server (doc/design.md §8); the site's
-     * mpi_env settings come next, then the defaults of the plugstack's
-     * pml= that the site did not set. */
-    const char *const *pml_env = sh_config_pml_env(a->cfg.pml);
-    size_t ne = 0;
-
-    snprintf(e->env_jobid, sizeof(e->env_jobid), "SLURM_JOBID=%" PRIu64, a->in.jobid);
-    snprintf(e->env_jobid2, sizeof(e->env_jobid2), "SLURM_JOB_ID=%" PRIu64, a->in.jobid);
-    snprintf(e->env_nodelist, sizeof(e->env_nodelist), "SLURM_NODELIST=%s", a->in.nodelist);
-    snprintf(e->env_step, sizeof(e->env_step), "SLURM_STEP_ID=%zu", img);
-    snprintf(e->env_tmp, sizeof(e->env_tmp), "TMPDIR=%s", a->rundir);
-    snprintf(e->env_src, sizeof(e->env_src), "%s=%s", SH_BCAST_SOURCE_ENV,
-             a->engine_src[0] != '\0' ? a->engine_src : sh_spec_set_src(a->specs, img));
-    snprintf(e->env_dst, sizeof(e->env_dst), "%s=%s", SH_BCAST_DEST_ENV,
-             sh_spec_set_dst(a->specs, img));
-    e->envp[ne++] = e->env_src;
-    e->envp[ne++] = e->env_dst;
-    e->envp[ne++] = e->env_jobid;
-    e->envp[ne++] = e->env_jobid2;
-    e->envp[ne++] = e->env_nodelist;
-    e->envp[ne++] = e->env_step;
-    e->envp[ne++] = e->env_tmp;
-    if (a->engine_src_name[0] != '\0') {
-        snprintf(e->env_srcname, sizeof(e->env_srcname), "%s=%s", SH_BCAST_SOURCE_NAME_ENV,
-                 a->engine_src_name);
-        e->envp[ne++] = e->env_srcname;
-    }
-    for (int i = 0; i < a->n_mpi_env; i++)
-        e->envp[ne++] = a->mpi_env[i];
-    for (size_t i = 0; i < SH_CONFIG_PML_ENV_MAX && pml_env[i] != NULL; i++)
-        if (!mpi_env_has(a, pml_env[i]))
-            e->envp[ne++] = pml_env[i];
-    e->envp[ne] = NULL;
-}
-
 /* Run the engine of @pc once with its stdout (the JSON summary) and stderr
  * (its log) in the files @outpath and @logpath of the runtime directory, not
  * in our pipe to the plugin. Returns px->run's result, its errno in
@@ -434,7 +275,7 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
          * theirs): the job's error, never a node fault, no restart */
         char line[256];
 
-        engine_killed_line(logpath, line, sizeof(line));
+        engine_log_scan(logpath, killed_rule, line, sizeof(line));
         snprintf(err, errlen, "engine %s", line[0] != '\0' ? line :
                  "killed by a crash signal a user's process sent, not a crash");
         sh_error("stage", "job %" PRIu64 " user %s: %s: the engine on this node was %s "
@@ -455,7 +296,7 @@ static void engine_failed(struct agent *a, size_t img, const struct sh_pmix_outc
     if (po->local_status >= 0) {
         char line[512];
 
-        engine_error_line(logpath, line, sizeof(line));
+        engine_log_scan(logpath, error_rule, line, sizeof(line));
         if (line[0] != '\0')
             sh_error("stage", "job %" PRIu64 ": %s: the engine on this node: %s", a->in.jobid,
                      sh_spec_set_dst(a->specs, img), line);
@@ -623,8 +464,7 @@ again:
         snprintf(err, errlen, "%.512s: %s", pmixdir, strerror(errno));
         goto out;
     }
-    engine_argv(a, n, &cmd);
-    engine_env(a, img, &cmd);
+    engine_cmd_build(a, img, n, &cmd);
     {
         struct sh_pmix_cfg pc = {
             .ctl = sub,

@@ -9,7 +9,9 @@
  *   dst.c       node-local DST housekeeping: markers, claims, temp files
  *               of a killed engine, the digest check after a copy
  *   launch.c    the engine's launch under the embedded PMIx server, and
- *               its environment (with the site's mpi_env file)
+ *               the classification of how it ended
+ *   engine_cmd.c  the engine's command line and environment (with the
+ *               site's mpi_env file, read as root)
  *   outcome.c   the engine's outcome: its --json report, read with json-c
  *               (engine_report.h), as messages and node faults
  *   import.c    registry images on node 0: the digest, the site's importer
@@ -155,11 +157,38 @@ struct engine_repair {
 int run_engine(struct agent *a, size_t img, const uint32_t *part, uint32_t npart,
                uint32_t mypos, bool *outcome, struct engine_repair *rp, char *err,
                size_t errlen);
-/* Read the site's mpi_env file into @a->mpi_env (as root: an admin's file).
- * Returns 0, or -1 with the reason in @err. */
-int load_mpi_env(struct agent *a, char *err, size_t errlen);
 /* Where image @img's engine writes its --json report. */
 void engine_report_path(const struct agent *a, size_t img, char *buf, size_t len);
+
+/* engine_cmd.c: the engine's command line and environment, in the buffers
+ * of one struct engine_cmd (the caller's, on its stack: ~45 KiB). SRC and
+ * DST go in the environment, not on the command line that every user of
+ * the node can read (stagehand/bcast.h). */
+struct engine_cmd {
+    char segsz[32], depth[32], tmo[32], ranks[16], stall[32], rahead[16], dirmode[16];
+    char env_jobid[64], env_jobid2[64], env_nodelist[8300], env_step[64];
+    char env_tmp[PATH_MAX + 8], env_src[PATH_MAX + 32], env_dst[PATH_MAX + 32];
+    char env_srcname[PATH_MAX + 32];
+    const char *argv[32];
+    const char *envp[8 + MAX_MPI_ENV + SH_CONFIG_PML_ENV_MAX + 1];
+};
+
+/* Fill @e for image @img's engine on @npart participants: @e->argv the
+ * engine (cfg.engine) with its options from the site's configuration and
+ * --timeout the seconds left to @a->deadline (at least 1), @e->envp its
+ * whole environment: SRC and DST, SLURM_JOBID, SLURM_JOB_ID, SLURM_NODELIST
+ * and SLURM_STEP_ID (= @img) for Open MPI, TMPDIR (the runtime directory),
+ * then the site's mpi_env settings and the pml= defaults the site left
+ * unset. Both NULL-terminated, pointing into @e and @a (which must outlive
+ * them). No I/O, cannot fail. */
+void engine_cmd_build(const struct agent *a, size_t img, uint32_t npart, struct engine_cmd *e);
+/* Read the site's mpi_env file (cfg.mpi_env; none: nothing to do) into
+ * @a->mpi_env, as root (an admin's file): "KEY=VALUE" lines with an
+ * OMPI_MCA_, UCX_ or PMIX_MCA_ key, '#' comments and blank lines, at most
+ * MAX_MPI_ENV settings (malloc'ed, @a's to free). Returns 0, or -1 with the
+ * reason in @err: the file cannot be opened (with strerror(errno)), a line
+ * of another form or key, too many settings, or out of memory. */
+int load_mpi_env(struct agent *a, char *err, size_t errlen);
 
 /* outcome.c */
 /* Per-node reasons, grouped for a message: nodes with the same reason are

@@ -1,11 +1,11 @@
-/* stagehand-bcast: the data path, reader threads, chain and per-segment broadcast (xfer.h,
- * doc/design.md §4). */
+/* stagehand-bcast: the data path (xfer.h, doc/design.md §4): the main
+ * thread's MPI progress loop, chain and per-segment broadcast, around the
+ * ring of segment buffers and its reader and writer threads (ring.c). */
 #include "config.h"
 #include "xfer.h"
+#include "ring.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +14,6 @@
 
 #include "guard.h"
 #include "report.h"
-#include "stagehand/io.h"
 #include "stagehand/log.h"
 #include "stagehand/size.h"
 
@@ -48,234 +47,6 @@
 /* Back-off of the progress loop when idle (see nap()). */
 #define NAP_MIN_US 16u
 #define NAP_MAX_US 1000u
-
-/* State shared by the three threads; every field below the mutex is guarded
- * by it. Segment k lives in slot k % depth; the slot is reusable once the
- * writer consumed k and the MPI side (forward send / collective) finished.
- *
- * Each kind of thread sleeps on a condition of its own and is woken only
- * when what it waits for changed: the reader threads when a slot frees
- * (cv_read), the writer when data arrived (cv_write); the main thread polls
- * and never sleeps on either. One shared condition woken by broadcast made
- * every segment wake all --read-ahead readers and the writer, most of them
- * only to sleep again, and a wake-up costs a context switch on each side
- * (bench/results/fabric-cpu-2026-12-06.md). */
-struct ring {
-    const struct sh_xfer_cfg *cfg;
-    const struct sh_sched *s;
-    unsigned depth;
-    unsigned char **buf;
-
-    pthread_mutex_t mu;
-    pthread_cond_t cv_read;     /* readers: a slot may have freed, or stop */
-    pthread_cond_t cv_write;    /* writer: avail or limit moved, or stop */
-    uint64_t limit;         /* segments that will flow (chain: shrinks on error) */
-    uint64_t avail;         /* data present for segments [0, avail) */
-    uint64_t written;       /* writer consumed [0, written) */
-    uint64_t net_done;      /* MPI finished with [0, net_done) */
-    uint64_t next_read;     /* readers: next segment to claim */
-    uint64_t *slot_seg;     /* readers: segment whose read completed in each
-                             * slot (UINT64_MAX: none yet) */
-    uint64_t dropped;       /* readers: SRC's pages of [0, dropped) were
-                             * dropped from the page cache */
-    int src_failed;         /* reader thread hit a source error */
-    int abort;
-
-    uint64_t read_cpu_ns;   /* readers: their CPU time, summed at exit */
-
-    /* writer thread only (read by the main thread after join) */
-    struct sh_hash *hash;
-    int write_err;
-    int hash_err;
-    uint32_t src_status, src_err;
-    uint64_t src_err_seg;
-    uint64_t bytes_written;
-    uint64_t write_cpu_ns;
-};
-
-/* CPU time of the calling thread (clock_gettime(2) CLOCK_THREAD_CPUTIME_ID),
- * ns; 0 if it cannot be read. Each thread of the data path reports its own,
- * so the report can tell writing DST from reading SRC and from the MPI side. */
-static uint64_t thread_cpu_ns(void)
-{
-    struct timespec ts;
-
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
-        return 0;
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int slot_free(const struct ring *r, uint64_t k)
-{
-    uint64_t m = r->written < r->net_done ? r->written : r->net_done;
-
-    return k < m + r->depth;
-}
-
-/* Drop SRC's pages of segments [lo, hi) from the reader's page cache
- * (posix_fadvise(2) DONTNEED; advisory, errors do not matter). The reader
- * never reads these bytes again; kept, staging S bytes would leave S of SRC
- * cached on the reader node next to the S of DST, and a FUSE source opened
- * without caching (sshfs -o cache=no) invalidates them all at the next open:
- * measured 0.15-0.6 s per GiB inside open(2) of the next run on the test
- * cluster. */
-static void drop_behind(const struct ring *r, const struct sh_io_ops *io,
-                        uint64_t lo, uint64_t hi)
-{
-    const struct sh_sched *s = r->s;
-    uint64_t off, end;
-
-    if (lo >= hi)
-        return;
-    off = sh_sched_offset(s, lo);
-    end = sh_sched_offset(s, hi - 1) + sh_sched_len(s, hi - 1);
-    (void)io->fadvise(r->cfg->src_fd, (off_t)off, (off_t)(end - off),
-                      POSIX_FADV_DONTNEED);
-}
-
-/* Reader threads (rank 0): each claims the next segment, reads it into its
- * slot without the lock, and publishes it; avail advances over the segments
- * complete in order. Several reads in flight keep a network filesystem busy
- * while one read waits for its round trip (measured on the test cluster's
- * sshfs storage: one read at a time forwarded 48 MB/s, four 59 MB/s on a
- * 60 MB/s link; bench/results).
- *
- * Pages are dropped only behind avail, never for a segment read out of
- * order: a thread still reading an earlier segment makes the kernel read
- * ahead past its end (read_ahead_kb, 256 KiB on the test cluster's sshfs) into
- * the next segments, and pages dropped there before that happens are read
- * from the storage a second time. Dropping each segment as soon as its own
- * read ended did exactly that: 0.25-1.6 MB more storage traffic per staging,
- * in 256 KiB steps, at random (bench/results/run-2026-12-01T1339Z.csv).
- * Behind avail no read is in flight, and read-ahead only goes forward. */
-static void *reader_main(void *arg)
-{
-    struct ring *r = arg;
-    const struct sh_sched *s = r->s;
-    const struct sh_io_ops *io = r->cfg->io != NULL ? r->cfg->io : sh_io_default();
-
-    for (;;) {
-        struct sh_seg_hdr hdr = { SH_SEG_OK, 0, 0 };
-        unsigned char *b;
-        uint64_t k, lo, hi, before;
-        size_t len;
-        int failed;
-
-        pthread_mutex_lock(&r->mu);
-        while (!r->abort && r->next_read < r->limit && !slot_free(r, r->next_read))
-            pthread_cond_wait(&r->cv_read, &r->mu);
-        if (r->abort || r->next_read >= r->limit) {
-            pthread_mutex_unlock(&r->mu);
-            break;
-        }
-        k = r->next_read++;
-        failed = r->src_failed;
-        pthread_mutex_unlock(&r->mu);
-
-        hdr.index = k;
-        b = r->buf[k % r->depth];
-        len = sh_sched_len(s, k);
-        if (failed) {
-            /* bcast mode only: the collectives must still match, the payload
-             * is marked bad and never read */
-            hdr.status = SH_SEG_READ_ERROR;
-        } else {
-            ssize_t n = sh_io_pread_full(io, r->cfg->src_fd, b, len,
-                                         sh_sched_offset(s, k));
-
-            if (n < 0) {
-                hdr.status = SH_SEG_READ_ERROR;     /* case F29 */
-                hdr.err = (uint32_t)errno;
-            } else if ((size_t)n != len) {
-                hdr.status = SH_SEG_SHORT_SOURCE;
-            }
-        }
-        sh_seg_hdr_encode(&hdr, b + len);
-
-        pthread_mutex_lock(&r->mu);
-        if (hdr.status != SH_SEG_OK) {
-            r->src_failed = 1;
-            /* chain: nothing after the first bad segment flows */
-            if (r->cfg->algorithm == SH_ALG_CHAIN && k + 1 < r->limit) {
-                r->limit = k + 1;
-                pthread_cond_broadcast(&r->cv_read);
-                pthread_cond_signal(&r->cv_write);
-            }
-        }
-        r->slot_seg[k % r->depth] = k;
-        before = r->avail;
-        while (r->avail < r->limit && r->slot_seg[r->avail % r->depth] == r->avail)
-            r->avail++;
-        if (r->avail != before)
-            pthread_cond_signal(&r->cv_write);
-        lo = r->dropped;
-        hi = r->src_failed ? lo : r->avail;
-        r->dropped = hi;
-        pthread_mutex_unlock(&r->mu);
-        drop_behind(r, io, lo, hi);
-    }
-    pthread_mutex_lock(&r->mu);
-    r->read_cpu_ns += thread_cpu_ns();
-    pthread_mutex_unlock(&r->mu);
-    return NULL;
-}
-
-static void *writer_main(void *arg)
-{
-    struct ring *r = arg;
-    const struct sh_sched *s = r->s;
-    struct sh_publish *pub = r->cfg->pub;
-
-    for (uint64_t k = 0; ; k++) {
-        struct sh_seg_hdr hdr;
-        unsigned char *b;
-        size_t len;
-
-        pthread_mutex_lock(&r->mu);
-        while (!r->abort && k < r->limit && k >= r->avail)
-            pthread_cond_wait(&r->cv_write, &r->mu);
-        if (r->abort || k >= r->limit) {
-            pthread_mutex_unlock(&r->mu);
-            break;
-        }
-        pthread_mutex_unlock(&r->mu);
-
-        b = r->buf[k % r->depth];
-        len = sh_sched_len(s, k);
-        sh_seg_hdr_decode(b + len, &hdr);
-        if (hdr.status == SH_SEG_OK && hdr.index != k) {
-            hdr.status = SH_SEG_READ_ERROR;     /* stream out of order */
-            hdr.err = EPROTO;
-        }
-        if (hdr.status != SH_SEG_OK) {
-            if (r->src_status == SH_SEG_OK) {
-                r->src_status = hdr.status;
-                r->src_err = hdr.err;
-                r->src_err_seg = k;
-            }
-        } else if (r->src_status == SH_SEG_OK) {
-            if (sh_hash_update(r->hash, b, len) != 0)
-                r->hash_err = errno;
-            if (pub != NULL && r->write_err == 0) {
-                /* keep consuming after a local failure: the chain must
-                 * go on forwarding to the other nodes */
-                if (sh_publish_write(pub, b, len, sh_sched_offset(s, k)) != 0)
-                    r->write_err = errno;
-                else
-                    r->bytes_written += len;
-            }
-        }
-
-        pthread_mutex_lock(&r->mu);
-        r->written = k + 1;
-        /* frees at most the one slot of segment k: one reader can use it */
-        if (r->written <= r->net_done)
-            pthread_cond_signal(&r->cv_read);
-        pthread_mutex_unlock(&r->mu);
-    }
-    r->write_cpu_ns = thread_cpu_ns();
-    return NULL;
-}
 
 /* Progress line on the reader: a bar on a terminal, a line per 10 % else. */
 struct progress {
@@ -359,42 +130,6 @@ static void nap(unsigned *idle)
     nanosleep(&ts, NULL);
 }
 
-static void ring_get(struct ring *r, uint64_t *avail, uint64_t *limit,
-                     uint64_t *written)
-{
-    pthread_mutex_lock(&r->mu);
-    *avail = r->avail;
-    *limit = r->limit;
-    *written = r->written;
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void ring_set_net(struct ring *r, uint64_t net_done)
-{
-    uint64_t was, now;
-
-    pthread_mutex_lock(&r->mu);
-    /* slots reusable before and after: wake a reader per freed slot */
-    was = r->written < r->net_done ? r->written : r->net_done;
-    r->net_done = net_done;
-    now = r->written < r->net_done ? r->written : r->net_done;
-    if (now == was + 1)
-        pthread_cond_signal(&r->cv_read);
-    else if (now > was)
-        pthread_cond_broadcast(&r->cv_read);
-    pthread_mutex_unlock(&r->mu);
-}
-
-static void ring_set_avail(struct ring *r, uint64_t avail, int shrink)
-{
-    pthread_mutex_lock(&r->mu);
-    r->avail = avail;
-    if (shrink)
-        r->limit = avail;
-    pthread_cond_signal(&r->cv_write);
-    pthread_mutex_unlock(&r->mu);
-}
-
 static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res,
                         uint64_t k, uint64_t nseg, uint64_t last_progress)
 {
@@ -443,7 +178,7 @@ static void cancel_receives(MPI_Request *in, unsigned depth, uint64_t from, uint
 /* Advance *@nd over the segments below @upto whose request in @reqs (the
  * ring's sends, or a non-reader's broadcasts) has finished; sets *@moved
  * when one did. Returns 0, or -1 on an MPI error (res says which). */
-static int mpi_done(struct ring *r, struct sh_xfer_result *res, MPI_Request *reqs,
+static int mpi_done(struct sh_ring *r, struct sh_xfer_result *res, MPI_Request *reqs,
                     uint64_t upto, uint64_t *nd, int *moved)
 {
     int flag;
@@ -464,7 +199,7 @@ static int mpi_done(struct ring *r, struct sh_xfer_result *res, MPI_Request *req
 }
 
 /* Main-thread loop, both algorithms. Returns 0 or -1 (res says why). */
-static int progress_loop(struct ring *r, struct sh_xfer_result *res)
+static int progress_loop(struct sh_ring *r, struct sh_xfer_result *res)
 {
     const struct sh_xfer_cfg *cfg = r->cfg;
     const struct sh_sched *s = r->s;
@@ -504,7 +239,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
         uint64_t avail, limit, written;
         int moved = 0, flag;
 
-        ring_get(r, &avail, &limit, &written);
+        sh_ring_get(r, &avail, &limit, &written);
         if (rank == 0) {
             /* reader: ship every segment the reader thread finished */
             while (posted < avail) {
@@ -566,7 +301,7 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
                 }
                 arrived++;
                 moved = 1;
-                ring_set_avail(r, arrived, bad);
+                sh_ring_set_avail(r, arrived, bad);
                 if (bad) {
                     /* the reader sends nothing after an error segment:
                      * withdraw the receives posted beyond it */
@@ -582,9 +317,9 @@ static int progress_loop(struct ring *r, struct sh_xfer_result *res)
                      rank == 0 ? posted : arrived, &nd, &moved) != 0)
             goto fail;
         if (moved)
-            ring_set_net(r, nd);
+            sh_ring_set_net(r, nd);
         progress_show(&prog, s, written < nd ? written : nd, 0);
-        ring_get(r, &avail, &limit, &written);
+        sh_ring_get(r, &avail, &limit, &written);
         if (arrived >= limit && nd >= limit && written >= limit &&
             (rank != 0 || avail >= limit))
             break;
@@ -613,68 +348,19 @@ fail:
 
 int sh_xfer_run(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *res)
 {
-    struct ring r;
-    pthread_t reader_tid[SH_BCAST_MAX_DEPTH], writer_tid;
-    unsigned nreader = 0;
-    int have_writer = 0;
+    struct sh_ring r;
     int rank, rc = -1;
-    size_t bufsize;
 
     memset(res, 0, sizeof(*res));
-    memset(&r, 0, sizeof(r));
     MPI_Comm_rank(cfg->comm, &rank);
-    r.cfg = cfg;
-    r.s = &cfg->sched;
-    r.depth = cfg->depth;
-    r.limit = cfg->sched.nseg;
-    pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv_read, NULL);
-    pthread_cond_init(&r.cv_write, NULL);
-    bufsize = sh_sched_len(&cfg->sched, 0) + SH_SEG_HDR_LEN;
-    r.buf = calloc(r.depth, sizeof(*r.buf));
-    r.slot_seg = malloc(r.depth * sizeof(*r.slot_seg));
-    r.hash = sh_hash_new(cfg->hash);
-    if (r.buf == NULL || r.slot_seg == NULL || r.hash == NULL)
-        goto oom;
-    for (unsigned i = 0; i < r.depth; i++)
-        r.slot_seg[i] = UINT64_MAX;
-    for (unsigned i = 0; i < r.depth; i++) {
-        void *p = NULL;
-
-        if (posix_memalign(&p, 4096, bufsize) != 0)
-            goto oom;
-        r.buf[i] = p;
+    if (sh_ring_start(&r, cfg, rank) == 0) {
+        rc = progress_loop(&r, res);
+    } else {
+        sh_msgf(res->msg, sizeof(res->msg), "cannot set up the transfer "
+                 "(%u buffers of %zu bytes): %s", r.depth, r.bufsize, strerror(errno));
+        res->mpi_failed = 1;
     }
-    if (pthread_create(&writer_tid, NULL, writer_main, &r) != 0)
-        goto oom;
-    have_writer = 1;
-    if (rank == 0) {
-        unsigned want = cfg->read_ahead == 0 ? 1 : cfg->read_ahead;
-
-        if (want > r.depth)
-            want = r.depth;
-        for (; nreader < want; nreader++) {
-            if (pthread_create(&reader_tid[nreader], NULL, reader_main, &r) != 0)
-                goto oom;
-        }
-    }
-    rc = progress_loop(&r, res);
-    goto join;
-oom:
-    sh_msgf(res->msg, sizeof(res->msg), "cannot set up the transfer "
-             "(%u buffers of %zu bytes): %s", r.depth, bufsize, strerror(errno));
-    res->mpi_failed = 1;
-join:
-    pthread_mutex_lock(&r.mu);
-    if (rc != 0)
-        r.abort = 1;
-    pthread_cond_broadcast(&r.cv_read);
-    pthread_cond_broadcast(&r.cv_write);
-    pthread_mutex_unlock(&r.mu);
-    for (unsigned i = 0; i < nreader; i++)
-        pthread_join(reader_tid[i], NULL);
-    if (have_writer)
-        pthread_join(writer_tid, NULL);
+    sh_ring_stop(&r, rc != 0);
     res->src_status = r.src_status;
     res->src_err = r.src_err;
     res->src_err_seg = r.src_err_seg;
@@ -689,15 +375,6 @@ join:
     } else if (rc == 0 && r.hash_err != 0) {
         res->write_err = r.hash_err;
     }
-    sh_hash_free(r.hash);
-    if (r.buf != NULL) {
-        for (unsigned i = 0; i < r.depth; i++)
-            free(r.buf[i]);
-        free(r.buf);
-    }
-    free(r.slot_seg);
-    pthread_mutex_destroy(&r.mu);
-    pthread_cond_destroy(&r.cv_read);
-    pthread_cond_destroy(&r.cv_write);
+    sh_ring_free(&r);
     return rc;
 }
