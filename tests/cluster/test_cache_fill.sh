@@ -141,7 +141,8 @@ wait_waiting() { # offset waiter producer
     done
     fail "job $2 never waited for job $3: $(log_since "$node" "$1" | grep -i "job $2" | tail -5)"
 }
-entry_count() { on_node "$node" sh -c "ls -A '$cache/entries' | wc -l"; }
+# The entries in $node's cache (dot names, e.g. fill locks, are none).
+entry_count() { on_node "$node" sh -c "ls '$cache/entries' | wc -l"; }
 # begin NAME SOURCE: src, its digest want and the log offset off for a case;
 # job NAME of the test user stages SRC with its engine held at the gate
 # (closed here); its id in held.
@@ -226,11 +227,14 @@ assert_only_entries() {
     left=$(on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.' || true")
     [ -z "$left" ] || fail "left in $cache/entries $1: $left"
 }
-# The stagehand-bcast processes (the gate's wrapper too) of job @1 on $node.
+# The engine processes (the gate's wrapper too: the engine's environment)
+# of job @1 on $node.
 engines_of() {
-    on_node "$node" sh -c 'for p in $(pgrep --ns $$ --nslist net -x stagehand-bcast); do
-            tr "\0" "\n" </proc/$p/environ 2>/dev/null | grep -qx "SLURM_JOBID=$1" && echo "$p"
-        done; true' sh "$1"
+    on_node "$node" sh -c 'for p in $(pgrep --ns $$ --nslist net -u "$2"); do
+            e=$(tr "\0" "\n" </proc/$p/environ 2>/dev/null)
+            echo "$e" | grep -qx "SLURM_JOBID=$1" && echo "$e" | grep -q "^STAGEHAND_BCAST_SOURCE=" &&
+                echo "$p"
+        done; true' sh "$1" "$MINICLUSTER_USER"
 }
 
 # 5. a producer's staging process is killed (SIGKILL: no release): its fill
@@ -292,7 +296,7 @@ if [ -n "$node2" ]; then
     done
     [ "$(entry_count)" = $((n_entries + 1)) ] ||
         fail "entries on $node after two copies of one SRC: $(on_node "$node" ls -la "$cache/entries")"
-    [ "$(on_node "$node2" sh -c "ls -A '$cache/entries' | wc -l")" = 1 ] ||
+    [ "$(on_node "$node2" sh -c "ls '$cache/entries' | wc -l")" = 1 ] ||
         fail "entries on $node2: $(on_node "$node2" ls -la "$cache/entries")"
     assert_only_entries "after jobs $j12 and $j13"
     echo "job $j13 of two nodes waited 5 s for job $j12 (one node), copied on its own, one entry kept"
