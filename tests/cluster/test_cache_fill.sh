@@ -237,6 +237,22 @@ engines_of() {
         done; true' sh "$1" "$MINICLUSTER_USER"
 }
 
+# assert_one_entry CASE NAME...: the images of the jobs NAME... (their
+# output's names) are one file (the first's inode), root's, 0444, with
+# SRC's bytes ($want), and $node holds one entry more than $n_entries.
+assert_one_entry() {
+    local what=$1 first line i
+    shift
+    first=$(out_of "$1" | awk '$1 == "img" { print $2 }')
+    for i in "$@"; do
+        line=$(out_of "$i" | grep '^img ')
+        [ "$line" = "img $first root 444 $want" ] ||
+            fail "job $i of $what sees '$line' (want 'img $first root 444 $want')"
+    done
+    [ "$(entry_count)" = $((n_entries + 1)) ] ||
+        fail "entries on $node after $what: $(on_node "$node" ls -la "$cache/entries")"
+}
+
 # 5. a producer's staging process is killed (SIGKILL: no release): its fill
 # lock file stays until the job's epilog removes it; a live producer's stays
 begin 10 e.sqsh
@@ -289,13 +305,7 @@ if [ -n "$node2" ]; then
     on_node "$node" touch "/tmp/$tok.ago"
     st=$(wait_job_end "$j12" 60)
     [ "$st" = COMPLETED ] || fail "job $j12 ended $st once its adoption went on: $(out_of 12)"
-    i13=$(out_of 13 | awk '$1 == "img" { print $2 }')
-    for i in 12 13; do
-        line=$(out_of $i | grep '^img ')
-        [ "$line" = "img $i13 root 444 $want" ] || fail "job $i of case 6 sees '$line' (want 'img $i13 root 444 $want')"
-    done
-    [ "$(entry_count)" = $((n_entries + 1)) ] ||
-        fail "entries on $node after two copies of one SRC: $(on_node "$node" ls -la "$cache/entries")"
+    assert_one_entry "case 6" 13 12
     [ "$(on_node "$node2" sh -c "ls '$cache/entries' | wc -l")" = 1 ] ||
         fail "entries on $node2: $(on_node "$node2" ls -la "$cache/entries")"
     assert_only_entries "after jobs $j12 and $j13"
@@ -323,12 +333,7 @@ grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 15)" || fail "job $j15's
 gate_open
 st=$(wait_job_end "$j14" 120)
 [ "$st" = COMPLETED ] || fail "job $j14 ended $st: $(out_of 14)"
-i15=$(out_of 15 | awk '$1 == "img" { print $2 }')
-for i in 14 15; do
-    line=$(out_of $i | grep '^img ')
-    [ "$line" = "img $i15 root 444 $want" ] || fail "job $i of case 7 sees '$line' (want 'img $i15 root 444 $want')"
-done
-[ "$(entry_count)" = $((n_entries + 1)) ] || fail "entries after case 7: $(on_node "$node" ls -la "$cache/entries")"
+assert_one_entry "case 7" 15 14
 echo "on_node_fault=drain: job $j15 copied without waiting for job $j14 (held at the gate) and completed in $took s; one entry"
 
 if [ "${STAGEHAND_TEST_FULL:-0}" != 1 ]; then
