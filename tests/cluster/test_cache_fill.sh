@@ -231,7 +231,7 @@ assert_only_entries() {
 # of job @1 on $node.
 engines_of() {
     on_node "$node" sh -c 'for p in $(pgrep --ns $$ --nslist net -u "$2"); do
-            e=$(tr "\0" "\n" </proc/$p/environ 2>/dev/null)
+            e=$( { tr "\0" "\n" </proc/$p/environ; } 2>/dev/null)
             echo "$e" | grep -qx "SLURM_JOBID=$1" && echo "$e" | grep -q "^STAGEHAND_BCAST_SOURCE=" &&
                 echo "$p"
         done; true' sh "$1" "$MINICLUSTER_USER"
@@ -328,7 +328,7 @@ out_of 14 | grep -q '^img ' && fail "job $j14's script ran before its engine lef
 [ "$(starts_of "$j15")" = 1 ] || fail "job $j15 started $(starts_of "$j15") engines (want 1, its own copy)"
 log_since "$node" "$off" | grep -q "job $j15: .*h.sqsh: copied into the node image cache without waiting for job $j14's copy (on_node_fault=drain" ||
     fail "job $j15's log does not say it copied without waiting: $(log_since "$node" "$off" | grep "job $j15" | tail -5)"
-log_since "$node" "$off" | grep -q "job $j15: .*waiting for job" && fail "job $j15 waited under on_node_fault=drain"
+log_since "$node" "$off" | grep -q "job $j15: .*: waiting for job" && fail "job $j15 waited under on_node_fault=drain"
 grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 15)" || fail "job $j15's summary: $(out_of 15)"
 gate_open
 st=$(wait_job_end "$j14" 120)
