@@ -14,10 +14,10 @@
 #  3. a warm job (the entry exists) takes no fill lock and waits for
 #     nobody: it completes "current" while another job's copy of a third
 #     SRC waits at the gate and holds that SRC's fill lock;
-#  5. a producer killed (SIGKILL of its staging process: no release) leaves
-#     its fill lock file, and the job's epilog removes it (its log says so)
-#     while another producer of a fourth SRC, alive at the gate, keeps its
-#     own, which stays until its release; that one completes;
+#  5. (while 3's producer is held) a producer of a fourth SRC killed
+#     (SIGKILL of its staging process: no release) leaves its fill lock
+#     file, and the job's epilog removes it (its log says so), while 3's
+#     producer, alive, keeps its own until its release and then completes;
 #  6. a job of two nodes (join_timeout=10s here) waits for a producer of one
 #     node on the node they share, whose adoption is held (a wrapper of
 #     stagehand-cache), at most join_timeout less 5 s, then copies on its
@@ -71,7 +71,7 @@ trap cleanup EXIT
 mkdir -p "$dir"
 chown "$MINICLUSTER_USER:$(id -gn "$other")" "$dir"
 chmod 0750 "$dir"
-for f in a b c d e f g h i; do
+for f in a b c d e g h i; do
     as_user sh -c "head -c 4000000 /dev/urandom >'$dir/$f.sqsh' && chmod 0644 '$dir/$f.sqsh'" ||
         fail "cannot create the sources"
 done
@@ -155,6 +155,40 @@ begin() {
     wait_started "$held" "$1"
 }
 
+# The fill lock files in $node's cache, one a line.
+fill_locks() { on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.fill-' || true"; }
+# Fail unless nothing but entries is left in $node's cache (no fill lock, no
+# temp file, no ".evict-*").
+assert_only_entries() {
+    left=$(on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.' || true")
+    [ -z "$left" ] || fail "left in $cache/entries $1: $left"
+}
+# The engine processes (the gate's wrapper too: the engine's environment)
+# of job @1 on $node.
+engines_of() {
+    on_node "$node" sh -c 'for p in $(pgrep --ns $$ --nslist net -u "$2"); do
+            e=$( { tr "\0" "\n" </proc/$p/environ; } 2>/dev/null)
+            echo "$e" | grep -qx "SLURM_JOBID=$1" && echo "$e" | grep -q "^STAGEHAND_BCAST_SOURCE=" &&
+                echo "$p"
+        done; true' sh "$1" "$MINICLUSTER_USER"
+}
+
+# assert_one_entry CASE NAME...: the images of the jobs NAME... (their
+# output's names) are one file (the first's inode), root's, 0444, with
+# SRC's bytes ($want), and $node holds one entry more than $n_entries.
+assert_one_entry() {
+    local what=$1 first line i
+    shift
+    first=$(out_of "$1" | awk '$1 == "img" { print $2 }')
+    for i in "$@"; do
+        line=$(out_of "$i" | grep '^img ')
+        [ "$line" = "img $first root 444 $want" ] ||
+            fail "job $i of $what sees '$line' (want 'img $first root 444 $want')"
+    done
+    [ "$(entry_count)" = $((n_entries + 1)) ] ||
+        fail "entries on $node after $what: $(on_node "$node" ls -la "$cache/entries")"
+}
+
 # 1. three jobs at once: one copies, two wait and share
 begin 1 a.sqsh
 j1=$held
@@ -215,73 +249,33 @@ st=$(wait_job_end "$j7" 60)
 grep -q "stagehand: $cache/job/$j7/a.sqsh: current on" <<<"$(out_of 7)" || fail "job $j7's summary: $(out_of 7)"
 log_since "$node" "$off" | grep -q "job $j7: .*waiting" && fail "warm job $j7 waited"
 echo "warm job $j7 completed in $((SECONDS - t0)) s while job $j6's fill was held at the gate"
+# 5. while job $j6 (alive, at the gate) holds its fill lock, the staging
+# process of a producer of another SRC is killed (SIGKILL: no release): its
+# fill lock file stays until that job's epilog removes it; job $j6's stays
+live=$(fill_locks)
+[ "$(grep -c . <<<"$live")" = 1 ] || fail "fill locks while job $j6 copies: $live"
+begin 10 e.sqsh
+j10=$held
+[ "$(fill_locks | grep -c .)" = 2 ] || fail "fill locks while jobs $j6 and $j10 copy: $(fill_locks)"
+stager=$(on_node "$node" sh -c 'read -r p t <"/run/stagehand/$1.agent" && [ "$(cat /proc/$p/comm)" = stagehand-stage ] && echo "$p"' sh "$j10") ||
+    fail "no staging process of job $j10 on $node"
+on_node "$node" kill -9 "$stager" || fail "cannot kill job $j10's staging process $stager"
+st=$(wait_job_end "$j10" 60)
+[ "$st" = FAILED ] || fail "job $j10 ended $st after its staging process was killed: $(out_of 10)"
+wait_log_line "$node" "$off" "job $j10: removed 1 fill lock of the node image cache whose staging ended without letting go" ||
+    fail "job $j10's epilog did not remove its fill lock: $(log_since "$node" "$off" | grep "job $j10" | tail -5); left: $(fill_locks)"
+[ "$(fill_locks)" = "$live" ] || fail "fill locks after job $j10's epilog: '$(fill_locks)' (want job $j6's alone: $live)"
+for _ in $(seq 1 150); do
+    [ -z "$(engines_of "$j10")" ] && break
+    sleep 0.2
+done
+[ -z "$(engines_of "$j10")" ] || fail "job $j10's engine still runs 30 s after its staging process was killed"
 gate_open
 st=$(wait_job_end "$j6" 120)
 [ "$st" = COMPLETED ] || fail "job $j6 ended $st: $(out_of 6)"
-
-# The fill lock files in $node's cache, one a line.
-fill_locks() { on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.fill-' || true"; }
-# Fail unless nothing but entries is left in $node's cache (no fill lock, no
-# temp file, no ".evict-*").
-assert_only_entries() {
-    left=$(on_node "$node" sh -c "ls -A '$cache/entries' | grep '^\\.' || true")
-    [ -z "$left" ] || fail "left in $cache/entries $1: $left"
-}
-# The engine processes (the gate's wrapper too: the engine's environment)
-# of job @1 on $node.
-engines_of() {
-    on_node "$node" sh -c 'for p in $(pgrep --ns $$ --nslist net -u "$2"); do
-            e=$( { tr "\0" "\n" </proc/$p/environ; } 2>/dev/null)
-            echo "$e" | grep -qx "SLURM_JOBID=$1" && echo "$e" | grep -q "^STAGEHAND_BCAST_SOURCE=" &&
-                echo "$p"
-        done; true' sh "$1" "$MINICLUSTER_USER"
-}
-
-# assert_one_entry CASE NAME...: the images of the jobs NAME... (their
-# output's names) are one file (the first's inode), root's, 0444, with
-# SRC's bytes ($want), and $node holds one entry more than $n_entries.
-assert_one_entry() {
-    local what=$1 first line i
-    shift
-    first=$(out_of "$1" | awk '$1 == "img" { print $2 }')
-    for i in "$@"; do
-        line=$(out_of "$i" | grep '^img ')
-        [ "$line" = "img $first root 444 $want" ] ||
-            fail "job $i of $what sees '$line' (want 'img $first root 444 $want')"
-    done
-    [ "$(entry_count)" = $((n_entries + 1)) ] ||
-        fail "entries on $node after $what: $(on_node "$node" ls -la "$cache/entries")"
-}
-
-# 5. a producer's staging process is killed (SIGKILL: no release): its fill
-# lock file stays until the job's epilog removes it; a live producer's stays
-begin 10 e.sqsh
-j10=$held
-off5=$off
-live=$(fill_locks)
-[ "$(grep -c . <<<"$live")" = 1 ] || fail "fill locks while job $j10 copies: $live"
-begin 11 f.sqsh
-j11=$held
-[ "$(fill_locks | grep -c .)" = 2 ] || fail "fill locks while jobs $j10 and $j11 copy: $(fill_locks)"
-stager=$(on_node "$node" sh -c 'read -r p t <"/run/stagehand/$1.agent" && [ "$(cat /proc/$p/comm)" = stagehand-stage ] && echo "$p"' sh "$j11") ||
-    fail "no staging process of job $j11 on $node"
-on_node "$node" kill -9 "$stager" || fail "cannot kill job $j11's staging process $stager"
-st=$(wait_job_end "$j11" 60)
-[ "$st" = FAILED ] || fail "job $j11 ended $st after its staging process was killed: $(out_of 11)"
-wait_log_line "$node" "$off5" "job $j11: removed 1 fill lock of the node image cache whose staging ended without letting go" ||
-    fail "job $j11's epilog did not remove its fill lock: $(log_since "$node" "$off5" | grep "job $j11" | tail -5); left: $(fill_locks)"
-[ "$(fill_locks)" = "$live" ] || fail "fill locks after job $j11's epilog: '$(fill_locks)' (want job $j10's alone: $live)"
-for _ in $(seq 1 150); do
-    [ -z "$(engines_of "$j11")" ] && break
-    sleep 0.2
-done
-[ -z "$(engines_of "$j11")" ] || fail "job $j11's engine still runs 30 s after its staging process was killed"
-gate_open
-st=$(wait_job_end "$j10" 120)
-[ "$st" = COMPLETED ] || fail "job $j10 ended $st: $(out_of 10)"
-grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 10)" || fail "job $j10's summary: $(out_of 10)"
-assert_only_entries "after job $j10's release"
-echo "a killed producer's fill lock: job $j11's epilog removed it, job $j10's (alive) stayed until its release"
+grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 6)" || fail "job $j6's summary: $(out_of 6)"
+assert_only_entries "after job $j6's release"
+echo "a killed producer's fill lock: job $j10's epilog removed it, job $j6's (alive) stayed until its release"
 
 # 6. a job of two nodes waits for a producer of one node at most
 # join_timeout (10 s) less 5 s, then copies on its own: one entry
@@ -312,9 +306,10 @@ if [ -n "$node2" ]; then
     echo "job $j13 of two nodes waited 5 s for job $j12 (one node), copied on its own, one entry kept"
 fi
 
-# 7. under on_node_fault=drain no job waits for another's fill
+# 7. under on_node_fault=drain no job waits for another's fill (the jobs
+# run on $node alone: its slurmd is restarted with it, the others at the end)
 sed -i 's|^\(required .*stagehand\.so.*\)$|\1 on_node_fault=drain|' "$plugstack"
-restart_slurmds || fail "cannot restart the slurmds"
+"$MINICLUSTER" restart-slurmd "$node" >/dev/null || fail "cannot restart $node's slurmd"
 n_entries=$(entry_count)
 begin 14 h.sqsh
 j14=$held
