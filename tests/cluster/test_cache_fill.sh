@@ -88,13 +88,14 @@ submit() {
 probe='echo "img $(stat -c "%i %U %a" "$STAGEHAND_IMAGE") $(sha256sum <"$STAGEHAND_IMAGE" | cut -d" " -f1)"'
 out_of() { cat "$MINICLUSTER_SHARED/$tok.$1.out" 2>/dev/null; }
 # On $node the engine waits at a gate (/tmp/$tok.go; a job with a pass,
-# /tmp/$tok.pass.<jobid>, goes through) and logs the job id of each start in
+# /tmp/$tok.pass.<jobid>, goes through, one with a block,
+# /tmp/$tok.block.<jobid>, never) and logs the job id of each start in
 # /tmp/$tok.starts: the producer's copy cannot end before the test has seen
 # the other jobs wait, however fast the host.
 on_node "$node" sh -c "cp '$engine' /tmp/$tok.engine && chmod 755 /tmp/$tok.engine && : >/tmp/$tok.starts && chmod 666 /tmp/$tok.starts" ||
     fail "cannot copy the engine on $node"
 wrap_on_node "$node" "$engine" "echo \"\$SLURM_JOBID\" >>/tmp/$tok.starts
-while [ ! -e /tmp/$tok.go ] && [ ! -e /tmp/$tok.pass.\$SLURM_JOBID ]; do sleep 0.1; done
+while [ -e /tmp/$tok.block.\$SLURM_JOBID ] || { [ ! -e /tmp/$tok.go ] && [ ! -e /tmp/$tok.pass.\$SLURM_JOBID ]; }; do sleep 0.1; done
 exec /tmp/$tok.engine \"\$@\"" || fail "cannot wrap the engine on $node"
 gate_open() { on_node "$node" touch "/tmp/$tok.go"; }
 gate_close() { on_node "$node" rm -f "/tmp/$tok.go"; }
@@ -259,18 +260,16 @@ j10=$held
 [ "$(fill_locks | grep -c .)" = 2 ] || fail "fill locks while jobs $j6 and $j10 copy: $(fill_locks)"
 stager=$(on_node "$node" sh -c 'read -r p t <"/run/stagehand/$1.agent" && [ "$(cat /proc/$p/comm)" = stagehand-stage ] && echo "$p"' sh "$j10") ||
     fail "no staging process of job $j10 on $node"
+on_node "$node" touch "/tmp/$tok.block.$j10"
 on_node "$node" kill -9 "$stager" || fail "cannot kill job $j10's staging process $stager"
 st=$(wait_job_end "$j10" 60)
 [ "$st" = FAILED ] || fail "job $j10 ended $st after its staging process was killed: $(out_of 10)"
 wait_log_line "$node" "$off" "job $j10: removed 1 fill lock of the node image cache whose staging ended without letting go" ||
     fail "job $j10's epilog did not remove its fill lock: $(log_since "$node" "$off" | grep "job $j10" | tail -5); left: $(fill_locks)"
 [ "$(fill_locks)" = "$live" ] || fail "fill locks after job $j10's epilog: '$(fill_locks)' (want job $j6's alone: $live)"
-for _ in $(seq 1 150); do
-    [ -z "$(engines_of "$j10")" ] && break
-    sleep 0.2
-done
-[ -z "$(engines_of "$j10")" ] || fail "job $j10's engine still runs 30 s after its staging process was killed"
-gate_open
+# job $j6 goes on; job $j10's engine stays at the gate until its agent ends
+# it (looked for after case 7)
+on_node "$node" touch "/tmp/$tok.pass.$j6"
 st=$(wait_job_end "$j6" 120)
 [ "$st" = COMPLETED ] || fail "job $j6 ended $st: $(out_of 6)"
 grep -q ": 1 copied, 0 current of 1 nodes" <<<"$(out_of 6)" || fail "job $j6's summary: $(out_of 6)"
@@ -330,6 +329,12 @@ st=$(wait_job_end "$j14" 120)
 [ "$st" = COMPLETED ] || fail "job $j14 ended $st: $(out_of 14)"
 assert_one_entry "case 7" 15 14
 echo "on_node_fault=drain: job $j15 copied without waiting for job $j14 (held at the gate) and completed in $took s; one entry"
+
+for _ in $(seq 1 150); do
+    [ -z "$(engines_of "$j10")" ] && break
+    sleep 0.2
+done
+[ -z "$(engines_of "$j10")" ] || fail "job $j10's engine still runs after its staging process was killed (case 5)"
 
 if [ "${STAGEHAND_TEST_FULL:-0}" != 1 ]; then
     assert_only_entries "at the end"
