@@ -293,7 +293,7 @@ int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *
             }
             snprintf(err, errlen, "%.1500s: job %" PRIu64 " was still copying it into the "
                      "node image cache of %.200s after this job waited %.0f s for it "
-                     "(timeout= plus %d s, the longest a copy runs): try again later", busy, h.jobid,
+                     "(timeout= plus %d s): try again later", busy, h.jobid,
                      job->nodename, (double)bound / 1e9, SH_STAGING_GRACE_S);
             return -1;
         }
