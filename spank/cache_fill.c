@@ -122,13 +122,27 @@ static uint32_t job_nodes(const struct sh_stage_job *job)
 }
 
 /* May @job wait for a producer @h? See the top of this file. */
-static bool may_wait(const struct sh_stage_job *job, const struct sh_cache_filler *h)
+static bool may_wait(const struct sh_config *cfg, const struct sh_stage_job *job,
+                     const struct sh_cache_filler *h)
 {
+    if (cfg->on_node_fault == SH_FAULT_DRAIN)
+        return false;
     if (job_nodes(job) == 1)
         return true;
     if (h->jobid == 0)
         return true; /* not recorded yet: decided at the next try */
     return h->nnodes == 1 || h->jobid < job->jobid;
+}
+
+/* Why @job copies without waiting for a busy lock (trylock's @r < 0: its
+ * errno @e), for the log. */
+static const char *why_not_waited(const struct sh_config *cfg, int r, int e)
+{
+    if (r < 0)
+        return strerror(e);
+    if (cfg->on_node_fault == SH_FAULT_DRAIN)
+        return "on_node_fault=drain: no job waits for another's copy";
+    return "a job of several nodes of a higher job id";
 }
 
 enum fill_wait { FILL_GOT, FILL_NOT_WAITED, FILL_BOUND, FILL_STOPPED };
@@ -155,7 +169,7 @@ static enum fill_wait wait_fill(const struct sh_config *cfg, const struct sh_sta
             keep(fd, src);
             return FILL_GOT;
         }
-        if (r < 0 || cfg->on_node_fault == SH_FAULT_DRAIN || !may_wait(job, h))
+        if (r < 0 || !may_wait(cfg, job, h))
             return FILL_NOT_WAITED;
         if (now >= deadline)
             return FILL_BOUND;
@@ -229,12 +243,11 @@ int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *
             if (r == 0) {
                 keep(fd, src);
                 took = true;
-            } else if (r < 0 || !may_wait(job, &h)) {
+            } else if (r < 0 || !may_wait(cfg, job, &h)) {
                 own[i] = true;
                 slurm_info("stagehand: job %u: %s: copied into the node image cache without "
                            "waiting for job %" PRIu64 "'s copy (%s)", job->jobid, src,
-                           h.jobid, r < 0 ? strerror(errno)
-                                          : "a job of several nodes of a higher job id");
+                           h.jobid, why_not_waited(cfg, r, errno));
             } else {
                 busy = src;
                 busy_i = i;
@@ -280,7 +293,7 @@ int sh_cache_fill_claim(const struct sh_config *cfg, const struct sh_stage_job *
             }
             snprintf(err, errlen, "%.1500s: job %" PRIu64 " was still copying it into the "
                      "node image cache of %.200s after this job waited %.0f s for it "
-                     "(timeout= plus %d s, the longest a copy runs): try again later", busy, h.jobid,
+                     "(timeout= plus %d s): try again later", busy, h.jobid,
                      job->nodename, (double)bound / 1e9, SH_STAGING_GRACE_S);
             return -1;
         }

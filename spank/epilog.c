@@ -184,10 +184,24 @@ int sh_epilog_run(spank_t sp, int ac, char **av)
     /* The job's links into the node image cache: its references go. */
     {
         const struct sh_config *cfg = sh_plugin_load_config(ac, av);
+        int stale;
 
-        if (cfg != NULL && cfg->cache[0] != '\0' && sh_cache_job_remove(cfg->cache, jobid) != 0)
+        if (cfg == NULL || cfg->cache[0] == '\0')
+            return 0;
+        if (sh_cache_job_remove(cfg->cache, jobid) != 0)
             slurm_error("stagehand: job %u: cannot remove its cache directory: %s", jobid,
                         strerror(errno));
+        /* The fill locks of stagings killed before their release (this
+         * job's, whose staging is over by now, or an earlier one's): a lock
+         * some staging holds stays. */
+        stale = sh_cache_fill_sweep(cfg->cache);
+        if (stale > 0)
+            slurm_info("stagehand: job %u: removed %d fill lock%s of the node image cache "
+                       "whose staging ended without letting go (killed)", jobid, stale,
+                       stale == 1 ? "" : "s");
+        else if (stale < 0)
+            slurm_error("stagehand: job %u: cannot sweep the node image cache's fill locks: "
+                        "%s", jobid, strerror(errno));
     }
     return 0;
 }

@@ -6,6 +6,7 @@
 #include "config.h"
 #include "stagehand/cache.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -119,4 +120,55 @@ void sh_cache_fill_release(const char *cache, const char *src, int lockfd)
      * finds it no longer named and takes the new file's (sh_publish_lock) */
     (void)sh_publish_unlock_remove(efd, name, lockfd);
     close(efd);
+}
+
+int sh_cache_fill_sweep(const char *cache)
+{
+    char names[64][32];
+    size_t n = 0;
+    int efd, dfd, removed = 0, e;
+    DIR *d;
+    struct dirent *de;
+
+    efd = open_entries_dir(cache);
+    if (efd < 0)
+        return errno == ENOENT ? 0 : -1;
+    dfd = dup(efd);
+    d = dfd < 0 ? NULL : fdopendir(dfd);
+    if (d == NULL) {
+        e = errno;
+        if (dfd >= 0)
+            close(dfd);
+        close(efd);
+        errno = e;
+        return -1;
+    }
+    /* ".fill-<16 hex digits>.lock", collected first (removing while
+     * readdir(3) walks is unspecified); a sweep of a node with more locks
+     * than that leaves the rest to the next one */
+    while ((de = readdir(d)) != NULL && n < sizeof(names) / sizeof(names[0])) {
+        size_t len = strlen(de->d_name);
+
+        if (len == 1 + 5 + 16 + 5 && strncmp(de->d_name, ".fill-", 6) == 0 &&
+            strcmp(de->d_name + len - 5, ".lock") == 0 &&
+            strspn(de->d_name + 6, "0123456789abcdef") == 16) {
+            memcpy(names[n], de->d_name + 1, len - 1 - 5); /* "fill-<hex>" */
+            names[n++][len - 1 - 5] = '\0';
+        }
+    }
+    closedir(d);
+    /* The holders' own protocol (sh_publish_lock): a lock taken is free,
+     * its holder gone (a live holder keeps its flock(2) until its release);
+     * removed while held, so a staging that opened it meanwhile finds it no
+     * longer named when it gets the lock and takes the new file's. */
+    for (size_t i = 0; i < n; i++) {
+        int fd = -1;
+
+        if (sh_publish_lock(efd, names[i], 0, &fd) != 0)
+            continue; /* held: a live producer's (ETIMEDOUT), or gone */
+        if (sh_publish_unlock_remove(efd, names[i], fd) == 0)
+            removed++;
+    }
+    close(efd);
+    return removed;
 }

@@ -195,6 +195,15 @@ int sh_cache_fill_trylock(const char *cache, const char *src, const struct sh_ca
  * remove its file while still held, so none is left behind. */
 void sh_cache_fill_release(const char *cache, const char *src, int lockfd);
 
+/* As root: remove the fill lock files of @cache that no staging holds: their
+ * holder died without its release (SIGKILL, a crash). A lock that can be
+ * taken without waiting is free, so a live producer's (it holds it until
+ * its release) is never touched; each is removed while held, the protocol
+ * of sh_publish_lock, so a staging that opened it meanwhile takes the new
+ * file's. Returns the number removed, 0 without an entries directory, or
+ * -1 with errno (the entries directory cannot be opened or read). */
+int sh_cache_fill_sweep(const char *cache);
+
 /* Adopt job @dst (job form), a copy the staging path published as user
  * @uid, into the cache, as root: owner root, mode 0444 (on the descriptor),
  * then a read lease proves no process holds it open for writing; one name

@@ -9,11 +9,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check_main.h"
@@ -530,6 +532,101 @@ START_TEST(fill_locks)
 }
 END_TEST
 
+/* The fill lock files in @entries: how many, and whether @name is one. */
+static int fill_files(const char *entries)
+{
+    DIR *d = opendir(entries);
+    struct dirent *de;
+    int files = 0;
+
+    ck_assert_ptr_nonnull(d);
+    while ((de = readdir(d)) != NULL)
+        files += strncmp(de->d_name, ".fill-", 6) == 0;
+    closedir(d);
+    return files;
+}
+
+/* A staging killed while it holds @src's fill lock (SIGKILL: no release):
+ * a child takes it and is killed. */
+static void killed_holder(const char *src, uint64_t jobid)
+{
+    const struct sh_cache_filler me = { jobid, 1 };
+    int p[2];
+    char c = 0;
+    pid_t pid;
+
+    ck_assert_int_eq(pipe(p), 0);
+    pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        struct sh_cache_filler h;
+        int fd = -1;
+
+        close(p[0]);
+        c = sh_cache_fill_trylock(cache, src, &me, &fd, &h) == 0 ? 'y' : 'n';
+        if (write(p[1], &c, 1) != 1)
+            _exit(1);
+        for (;;)
+            pause();
+    }
+    close(p[1]);
+    ck_assert_int_eq(read(p[0], &c, 1), 1);
+    close(p[0]);
+    ck_assert_int_eq(c, 'y');
+    ck_assert_int_eq(kill(pid, SIGKILL), 0);
+    ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+}
+
+/* The sweep of fill locks: a killed holder's file goes, a live holder's
+ * stays (held in this process: flock(2) locks of two opens conflict), and
+ * nothing else in the entries directory is touched; the source can be
+ * locked again afterwards. */
+START_TEST(fill_sweep_stale)
+{
+    const struct sh_cache_filler a = { 41, 1 }, b = { 42, 1 };
+    struct sh_cache_filler h = { 0, 0 };
+    char entries[PATH_MAX], path[PATH_MAX];
+    struct stat sb;
+    int fa = -1, fb = -1, fd;
+
+    snprintf(entries, sizeof(entries), "%s/%s", cache, SH_CACHE_ENTRIES);
+    ck_assert_int_eq(sh_cache_fill_sweep(cache), 0); /* no cache yet */
+    ck_assert_int_eq(mkdir(cache, 0711), 0);
+    ck_assert_int_eq(mkdir(entries, 0700), 0);
+    ck_assert_int_eq(sh_cache_fill_sweep(cache), 0);
+    /* an entry and another dot name, which the sweep leaves alone */
+    snprintf(path, sizeof(path), "%s/%s/aa-100", cache, SH_CACHE_ENTRIES);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    snprintf(path, sizeof(path), "%s/%s/.fill-notalock", cache, SH_CACHE_ENTRIES);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/a", &a, &fa, &h), 0);
+    killed_holder("/src/b", 7);
+    killed_holder("/src/c", 8);
+    ck_assert_int_eq(fill_files(entries), 4);
+    /* the killed holders' locks are free: a trylock would take them */
+    ck_assert_int_eq(sh_cache_fill_sweep(cache), 2);
+    ck_assert_int_eq(fill_files(entries), 2); /* /src/a's and .fill-notalock */
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/a", &b, &fb, &h), 1);
+    ck_assert_uint_eq(h.jobid, 41);
+    snprintf(path, sizeof(path), "%s/%s/aa-100", cache, SH_CACHE_ENTRIES);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    snprintf(path, sizeof(path), "%s/%s/.fill-notalock", cache, SH_CACHE_ENTRIES);
+    ck_assert_int_eq(stat(path, &sb), 0);
+    /* a swept source is locked anew */
+    ck_assert_int_eq(sh_cache_fill_trylock(cache, "/src/b", &b, &fb, &h), 0);
+    ck_assert_int_eq(sh_cache_fill_sweep(cache), 0); /* both held */
+    sh_cache_fill_release(cache, "/src/b", fb);
+    sh_cache_fill_release(cache, "/src/a", fa);
+    ck_assert_int_eq(fill_files(entries), 1);
+    ck_assert_int_eq(sh_cache_fill_sweep(cache), 0);
+}
+END_TEST
+
 static Suite *cache_suite(void)
 {
     Suite *s = suite_create("cache");
@@ -549,6 +646,7 @@ static Suite *cache_suite(void)
     tcase_add_test(tc, fits_precheck);
     tcase_add_test(tc, usage_held);
     tcase_add_test(tc, fill_locks);
+    tcase_add_test(tc, fill_sweep_stale);
     suite_add_tcase(s, tc);
     return s;
 }
