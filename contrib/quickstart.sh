@@ -15,7 +15,9 @@
 # --stack trixie runs the cluster on Debian 13's Slurm 24.11, Open MPI 5 and
 # PMIx 5 (a root file system built from Debian's mirror and cached), with its
 # own prefix /opt/stagehand-trixie, cluster instance "trixie" and shared
-# directory /shared-trixie; the default, bookworm, is the host's Debian 12.
+# directory /shared-trixie (STAGEHAND_PREFIX, MINICLUSTER_NAME, MINICLUSTER_NET
+# and MINICLUSTER_SHARED, when set, name others); the default, bookworm, is the
+# host's Debian 12.
 # The image is a minimal Debian 12 root filesystem that pyxis/enroot can run
 # (mmdebstrap from the host's Debian mirror, built once, then reused).
 set -euo pipefail
@@ -30,7 +32,7 @@ while [ $# -gt 0 ]; do
         --debootstrap) ;; # accepted as before: the image is always a Debian root
         --nodes) nodes=${2:?--nodes needs a number}; shift ;;
         --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
-        -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "quickstart: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -41,7 +43,12 @@ step() { printf '\n== %s\n' "$*"; }
 
 # shellcheck source=stack-env.sh
 source "$top/contrib/stack-env.sh"
+# names the caller set win over the stack's defaults (an instance beside the
+# suite's own "trixie")
+given=(${STAGEHAND_PREFIX:+"STAGEHAND_PREFIX=$STAGEHAND_PREFIX"} ${MINICLUSTER_NAME:+"MINICLUSTER_NAME=$MINICLUSTER_NAME"}
+       ${MINICLUSTER_NET:+"MINICLUSTER_NET=$MINICLUSTER_NET"} ${MINICLUSTER_SHARED:+"MINICLUSTER_SHARED=$MINICLUSTER_SHARED"})
 stack_env "$stack" || exit 2
+[ ${#given[@]} -eq 0 ] || export "${given[@]}"
 
 step "install packages, build ($stack), install into $STAGEHAND_PREFIX"
 contrib/setup.sh --install --stack "$stack"
