@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
         --debootstrap) ;; # accepted as before: the image is always a Debian root
         --nodes) nodes=${2:?--nodes needs a number}; shift ;;
         --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
-        -h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "quickstart: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
