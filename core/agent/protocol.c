@@ -261,6 +261,25 @@ static void plan_participants(const struct sh_ctl_result *votes, struct image_ru
     }
 }
 
+/* The leader's failure text "fail NODES did not answer..." for the nodes
+ * @missing names in @votes, with the likely cause: no other node of a job's
+ * prolog ever came (the prolog runs on the batch node only: design.md §2
+ * step 8), or a node whose agent did not join within join_timeout. Returns
+ * snprintf's length. */
+static int missing_text(const struct agent *a, const struct sh_ctl_result *votes,
+                        const char *missing, char *buf, size_t len)
+{
+    if (a->in.stepid == STEP_JOB && a->nnodes > 1 && votes->nmissing == a->nnodes - 1)
+        return snprintf(buf, len, "fail %s (is PrologFlags=Alloc set in slurm.conf? without "
+                        "it the job prolog runs on the batch node only)", missing);
+    if (strstr(missing, " did not answer") == NULL)
+        return snprintf(buf, len, "fail %s", missing);
+    return snprintf(buf, len, "fail %s (a node's agent that does not join within "
+                    "join_timeout=%.0fs is left out: its prolog did not start stagehand "
+                    "there, or the node is frozen or unreachable)", missing,
+                    (double)a->cfg.join_timeout_ns / 1e9);
+}
+
 /* 2.-3. every node votes; the leader plans: node 0 reads, nodes that need a
  * copy receive; the plan reaches every node. Returns the plan's text
  * (malloc'ed), or NULL after set_failure(). */
@@ -290,15 +309,7 @@ static char *step_vote_plan(struct agent *a, struct image_run *r)
          * and the reason (plan_refusals). */
         if (!plan_refusals(a, &votes, r)) {
             if (sh_ctl_format_missing(a->ctl, &votes, missing, sizeof(missing)) > 0)
-                /* No other node of a job's prolog ever came: most likely the
-                 * prolog runs on the batch node only (doc/design.md §2 step 8). */
-                r->len = snprintf(r->buf, sizeof(r->buf), "fail %s%s", missing,
-                                  a->in.stepid == STEP_JOB && a->nnodes > 1 &&
-                                          votes.nmissing == a->nnodes - 1
-                                      ? " (is PrologFlags=Alloc set in slurm.conf? "
-                                        "without it the job prolog runs on the batch "
-                                        "node only)"
-                                      : "");
+                r->len = missing_text(a, &votes, missing, r->buf, sizeof(r->buf));
             else
                 plan_participants(&votes, r, &planbuf);
             if (planbuf != NULL && r->image && image_plan_import(a, r, &votes) != 0) {
