@@ -33,6 +33,7 @@
 #include "internal.h"
 #include "staging.h"
 #include "stagehand/cache.h"
+#include "stagehand/clock.h"
 #include "stagehand/kv.h"
 #include "stagehand/local.h"
 #include "stagehand/spec.h"
@@ -354,8 +355,15 @@ int sh_cache_stage_adopt(const struct sh_config *cfg, const struct sh_stage_job 
             (void)unlink(dst);
             one = -1;
         } else {
+            int64_t t0 = sh_now_ns();
+
             one = adopt_one(cfg, job, sh_spec_set_src(set, i), dst, reports[i], why,
                             sizeof(why));
+            /* SlurmdDebug=debug: what a cold staging adds (doc/performance.md) */
+            if (one == 0)
+                slurm_debug("stagehand: job %u: %s adopted into the node image cache in "
+                            "%.1f ms: %s", job->jobid, dst,
+                            (double)(sh_now_ns() - t0) / 1e6, why);
         }
         if (one == 0)
             continue;

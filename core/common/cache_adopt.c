@@ -18,8 +18,6 @@
 #include "stagehand/io.h"
 #include "stagehand/meta.h"
 
-#define ADOPT_HASH_BUF (4u << 20)
-
 /* The job directory of job-form @dst and @dst's name in it. Returns the
  * directory's descriptor, or -1 with errno. */
 static int open_job_dst_dir(const char *cache, const char *dst, const char **name)
@@ -124,7 +122,7 @@ int sh_cache_adopt(const char *cache, const char *dst, uid_t uid, enum sh_hash_a
     if (seal(fd, uid, &sb, why, sizeof(why)) != 0)
         goto out;
     memset(&m, 0, sizeof(m));
-    if (sh_hash_fd(sh_io_default(), fd, (uint64_t)sb.st_size, algo, ADOPT_HASH_BUF,
+    if (sh_hash_fd(sh_io_default(), fd, (uint64_t)sb.st_size, algo, SH_HASH_FD_BUF,
                    m.digest) < 0) {
         snprintf(why, sizeof(why), "cannot hash it: %s", strerror(errno));
         goto out;
