@@ -3,7 +3,8 @@
 # check the installed layout, and purge it again so nothing of it is left
 # (issue 7), on either software stack (issue 31). Run as root on Debian 12:
 #
-#   tests/package/test_package.sh [--cluster] [--keep] [--stack bookworm|trixie]
+#   tests/package/test_package.sh [--cluster] [--keep] [--nocheck]
+#                                 [--stack bookworm|trixie]
 #
 #   --stack    bookworm (default): the host's own Debian 12; the package is
 #              built and installed on the host. trixie: Debian 13 (Slurm
@@ -26,6 +27,10 @@
 #              on another stack back to that stack.
 #   --keep     leave the package installed (no purge at the end; a trixie
 #              cluster's views keep it until the cluster goes down).
+#   --nocheck  build with DEB_BUILD_OPTIONS=nocheck: dh_auto_test does not
+#              run the unit and agent tests (tests/run.sh runs the same
+#              tests of the same sources under ASan and UBSan on each stack
+#              already, and passes this unless --full: some 50 s a stack).
 #
 # The build happens in a copy of the source tree under build-pkg/ (trixie:
 # build-pkg-trixie/); the .deb and the logs stay there. The last line is
@@ -39,6 +44,7 @@ top=$(cd "$(dirname "$self")/../.." && pwd)
 pkg=slurm-stagehand
 cluster=0
 keep=0
+nocheck=0
 stack=bookworm
 steps=""
 label=""
@@ -47,6 +53,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --cluster) cluster=1 ;;
         --keep) keep=1 ;;
+        --nocheck) nocheck=1 ;;
         --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
         --stack=*) stack=${1#*=} ;;
         --steps)
@@ -54,7 +61,7 @@ while [ $# -gt 0 ]; do
             label=$2 steps=$3 deb=$4
             shift 3
             ;;
-        -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test_package.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -558,10 +565,13 @@ if [ "$stack" = bookworm ]; then
         { tail -20 "$out/build-dep.log"; die "apt-get build-dep"; }
 fi
 
-echo "== dpkg-buildpackage -us -uc -b on $stack (log: $out/build.log)"
+build_opts=""
+[ "$nocheck" = 0 ] || build_opts=nocheck
+echo "== dpkg-buildpackage -us -uc -b on $stack${build_opts:+ (DEB_BUILD_OPTIONS=$build_opts)} (log: $out/build.log)"
 rm -f "$out"/*.deb "$out"/*.buildinfo "$out"/*.changes
 # shellcheck disable=SC2016  # expanded by the inner shell
-if in_root bash -c 'cd "$1" && exec dpkg-buildpackage -us -uc -b' build "$src" >"$out/build.log" 2>&1; then
+if in_root bash -c 'cd "$1" && DEB_BUILD_OPTIONS=$2 exec dpkg-buildpackage -us -uc -b' build "$src" "$build_opts" \
+    >"$out/build.log" 2>&1; then
     ok "dpkg-buildpackage -us -uc -b"
 else
     tail -40 "$out/build.log"
