@@ -32,6 +32,7 @@ size_mib=${REPAIR_SIZE_MIB:-384}
 size=$((size_mib * 1048576))
 errors=()
 secs=0
+src_md5=""
 
 cleanup_nodes() {
     shape_clear
@@ -100,7 +101,7 @@ wait_left_behind() {
 repair_case() {
     local what=$1 src=$2 dst=$3 nodes=$4 victim=$5 out=$6
     local id pid io st n got want left dev="" apid reader first p half
-    want=$(md5sum "$src" | cut -d' ' -f1)
+    want=$src_md5
     # half of the copy in the victim's writes (/proc/PID/io wchar): under
     # Open MPI 4.1 (bookworm) a node that forwards (not the last of the
     # chain) writes each byte twice, to DST's temp file and to the next
@@ -187,8 +188,9 @@ repair_case() {
 # next_copies_one DST SRC NODES VICTIM OUT: the next job stages to VICTIM
 # only: the others keep their copies (same inode), VICTIM gets it.
 next_copies_one() {
-    local dst=$1 src=$2 nodes=$3 victim=$4 out=$5 id st n before after got
+    local dst=$1 src=$2 nodes=$3 victim=$4 out=$5 id st n before after got want
     declare -A ino
+    want=$src_md5
     for n in $nodes; do ino[$n]=$(on_node "$n" stat -c %i "$dst" 2>/dev/null); done
     id=$(submit "$src" "$dst" "$nodes" "$out") || fail "sbatch: $id"
     st=$(wait_job_end "$id" 120)
@@ -196,7 +198,7 @@ next_copies_one() {
     grep -q script-ran "$out" || fail "the next job's script did not run: $(cat "$out")"
     for n in $nodes; do
         got=$(node_md5 "$n" "$dst")
-        [ "$got" = "$(md5sum "$src" | cut -d' ' -f1)" ] ||
+        [ "$got" = "$want" ] ||
             fail "$n: DST is '${got:-absent}' after the next job $id, expected a copy of $src: $(cat "$out")"
         [ "$n" = "$victim" ] && continue
         before=${ino[$n]}
@@ -215,7 +217,7 @@ drain_case() {
     local src=$1 dst=$2 nodes=$3 victim=$4 out=$5 want id pid io drained reason st n
     local half=$((size / 2)) off got left
     declare -A ino
-    want=$(md5sum "$src" | cut -d' ' -f1)
+    want=$src_md5
     [ "$victim" = "${nodes##* }" ] || [ "${MINICLUSTER_STACK:-bookworm}" != bookworm ] ||
         half=$size
     plugstack_save
@@ -284,6 +286,8 @@ run_suite() { # NODES (first: the reader) VICTIM CASES...
     src=$MINICLUSTER_SHARED/$tok.src
     out=$MINICLUSTER_SHARED/$tok.out
     make_source "$src" || fail "cannot create $src"
+    # SRC's md5, once: each case compares every node's copy with it
+    src_md5=$(md5sum "$src" | cut -d' ' -f1)
     baseline "$src" "/nvme/$tok/base" "$nodes" "$out"
     t0=$secs
     echo "N=$(wc -w <<<"$nodes") $size_mib MiB without a fault: $t0 s"
