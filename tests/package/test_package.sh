@@ -17,12 +17,13 @@
 #   --cluster  also stage a file with `srun --stage-image`, as the test user,
 #              on the local test cluster with plugstack.conf pointing at the
 #              packaged plugin (agent and engine at the package's paths).
-#              bookworm: the cluster is restarted twice (`minicluster up`
-#              with MINICLUSTER_PLUGIN, then back to the plugin it had);
-#              trixie: plugstack.conf's stagehand line (the cluster needs
-#              one: contrib/setup.sh --install --stack trixie) is pointed at
-#              it and every slurmd restarted, as an administrator would, then
-#              both are put back. No one else may use the cluster
+#              On a cluster up on the stack, plugstack.conf's stagehand line
+#              (the cluster needs one: contrib/setup.sh --install [--stack
+#              trixie]) is pointed at it and every slurmd restarted, as an
+#              administrator would, then both are put back; bookworm, when
+#              the cluster is down or on the other stack: it is brought up
+#              with MINICLUSTER_PLUGIN, then back as it was (`minicluster
+#              up`, twice). No one else may use the cluster
 #              meanwhile. A cluster that was down is brought down again, one
 #              on another stack back to that stack.
 #   --keep     leave the package installed (no purge at the end; a trixie
@@ -61,7 +62,7 @@ while [ $# -gt 0 ]; do
             label=$2 steps=$3 deb=$4
             shift 3
             ;;
-        -h | --help) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test_package.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -438,11 +439,16 @@ restore_cluster() {
     fi
 }
 
+# (the nodes at once: one after the other cost some 2 s a node)
 restart_slurmds() {
     local n
+    declare -A pids
     for n in "${nodes[@]}"; do
-        "$mc" restart-slurmd "$n" >>"$out/cluster-restart.log" 2>&1 ||
-            bad "minicluster restart-slurmd $n (see $out/cluster-restart.log)"
+        "$mc" restart-slurmd "$n" >>"$out/cluster-restart.$n.log" 2>&1 &
+        pids[$n]=$!
+    done
+    for n in "${nodes[@]}"; do
+        wait "${pids[$n]}" || bad "minicluster restart-slurmd $n (see $out/cluster-restart.$n.log)"
     done
 }
 
@@ -609,10 +615,14 @@ fi
 
 # ---- on the test cluster ------------------------------------------------------
 read_cluster
+switch=1
 if [ "$stack" = bookworm ]; then
     install_on host check
-    echo "== test cluster with plugstack.conf naming $plugin"
-    cluster_up "$plugin"
+    if [ "$mc_was_up" = 0 ] || [ "$mc_stack_before" != "$stack" ]; then
+        echo "== test cluster with plugstack.conf naming $plugin"
+        cluster_up "$plugin"
+        switch=0
+    fi
     eval "$("$mc" env)"
 else
     if [ "$mc_was_up" = 0 ] || [ "$mc_stack_before" != "$stack" ]; then
@@ -636,7 +646,7 @@ else
 fi
 read -ra nodes <<<"$MINICLUSTER_NODES"
 plugstack=$(sed -n 's/^PlugStackConfig=//p' "$SLURM_CONF")
-[ "$stack" = bookworm ] || switch_plugstack
+[ "$switch" = 0 ] || switch_plugstack
 line=$(grep -E '^required ' "$plugstack" || true)
 check "plugstack.conf loads $plugin" grep -qE "^required $plugin " <<<"$line"
 check "plugstack.conf leaves agent= and engine= at the plugin's defaults" \
