@@ -576,7 +576,9 @@ build_opts=""
 echo "== dpkg-buildpackage -us -uc -b on $stack${build_opts:+ (DEB_BUILD_OPTIONS=$build_opts)} (log: $out/build.log)"
 rm -f "$out"/*.deb "$out"/*.buildinfo "$out"/*.changes
 # shellcheck disable=SC2016  # expanded by the inner shell
-if in_root bash -c 'cd "$1" && DEB_BUILD_OPTIONS=$2 exec dpkg-buildpackage -us -uc -b' build "$src" "$build_opts" \
+if in_root bash -c 'cd "$1" || exit
+        [ -z "$2" ] || export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:+$DEB_BUILD_OPTIONS }$2"
+        exec dpkg-buildpackage -us -uc -b' build "$src" "$build_opts" \
     >"$out/build.log" 2>&1; then
     ok "dpkg-buildpackage -us -uc -b"
 else
