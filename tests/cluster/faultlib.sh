@@ -52,7 +52,8 @@ runtime_left() {
 }
 
 # Wait up to @2 seconds (default 20) until job @1 left no runtime state; fail
-# naming what is left. The epilog removes it after the job ends.
+# naming what is left. The epilog removes it after the job ends. @1 may be
+# several jobs as one extended pattern, "(12|13|14)": one look per node.
 assert_runtime_gone() {
     local left
     for _ in $(seq 1 $((${2:-20} * 5))); do

@@ -424,6 +424,9 @@ for n in login $MINICLUSTER_NODES; do
     [ -z "$found" ] || fail "$n: written outside the allowed roots: $found"
 done
 assert_no_temp_files "/nvme/$tok/u/x"
-for j in "${P_ID[@]}" $planted $odd1 $odd2; do assert_runtime_gone "$j"; done
+# every job's runtime state at once: one look per node (the job ids as one
+# pattern), not one per job and node
+ids=("${P_ID[@]}" "$planted" "$odd1" "$odd2")
+assert_runtime_gone "($(IFS='|'; echo "${ids[*]}"))"
 assert_no_drain
 echo "ok: nothing outside the allowed roots, no runtime state left, no node drained"
