@@ -21,10 +21,10 @@ as_user() { run_as "$MINICLUSTER_USER" "$@"; }
 # sbatch and srun of a test, often in a command substitution, where a cache
 # filled there would be lost).
 declare -A user_home
-for _u in "$MINICLUSTER_USER" "$MINICLUSTER_OTHER_USER" "$MINICLUSTER_THIRD_USER"; do
-    user_home[$_u]=$(getent passwd "$_u" | cut -d: -f6)
-done
-unset _u
+while IFS=: read -r _u _ _ _ _ _h _; do
+    user_home[$_u]=$_h
+done < <(getent passwd "$MINICLUSTER_USER" "$MINICLUSTER_OTHER_USER" "$MINICLUSTER_THIRD_USER")
+unset _u _h
 
 # run_as USER CMD...: as_user for any user.
 run_as() {
