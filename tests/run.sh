@@ -320,14 +320,11 @@ cluster_suite() { # stack
     # chain, with the image on the sshfs storage host and shaped links, in the
     # stack's own minicluster instance, bench or benchx): both succeed, every
     # copy matches the source, and the storage host serves the image exactly
-    # once per staging. It runs the release build this run installed into
-    # the stack's prefix (--no-build: the same sources and options; its own
-    # build of them into build-bench took some 30 s a stack) and writes
-    # nothing there.
+    # once per staging.
     if [ -z "$only" ] || [[ bench == *$only* ]]; then
         echo "== ${p}benchmark smoke"
         if timeout -k 10 900 env -u MINICLUSTER_NAME -u MINICLUSTER_NET -u MINICLUSTER_SHARED \
-            bench/run.sh --smoke --no-build --stack "$s" >"$verdicts/bench-smoke-$s.out" 2>&1; then
+            -u STAGEHAND_PREFIX bench/run.sh --smoke --stack "$s" >"$verdicts/bench-smoke-$s.out" 2>&1; then
             grep '^smoke: ' "$verdicts/bench-smoke-$s.out" | sed 's/^/    /'
             note_result "${p}bench --smoke: plugin and chain over sshfs, copies match, storage read 1.00 x S" 0
         else
