@@ -52,7 +52,8 @@ runtime_left() {
 }
 
 # Wait up to @2 seconds (default 20) until job @1 left no runtime state; fail
-# naming what is left. The epilog removes it after the job ends.
+# naming what is left. The epilog removes it after the job ends. @1 may be
+# several jobs as one extended pattern, "(12|13|14)": one look per node.
 assert_runtime_gone() {
     local left
     for _ in $(seq 1 $((${2:-20} * 5))); do
@@ -265,9 +266,17 @@ plugstack=$MINICLUSTER_STATE/etc/plugstack.conf
 plugstack_saved=""
 
 # Restart every node's slurmd: a slurmd reads plugstack.conf when it starts.
+# The nodes at once (each restart waits some 2 s for its node to be back,
+# more on a loaded host; a test changes and restores the plugstack, so one
+# after the other cost 12 s and more a test); fails when any failed.
 restart_slurmds() {
-    local n
-    for n in $MINICLUSTER_NODES; do "$MINICLUSTER" restart-slurmd "$n" >/dev/null || return 1; done
+    local n rc=0 pids=()
+    for n in $MINICLUSTER_NODES; do
+        "$MINICLUSTER" restart-slurmd "$n" >/dev/null &
+        pids+=("$!")
+    done
+    for n in "${pids[@]}"; do wait "$n" || rc=1; done
+    return "$rc"
 }
 
 # Keep plugstack.conf as it is for plugstack_restore; call it before a change.

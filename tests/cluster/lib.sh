@@ -17,13 +17,23 @@
 # in a scratch directory the user owns.
 as_user() { run_as "$MINICLUSTER_USER" "$@"; }
 
+# The test users' home directories, looked up once (run_as runs for every
+# sbatch and srun of a test, often in a command substitution, where a cache
+# filled there would be lost).
+declare -A user_home
+while IFS=: read -r _u _ _ _ _ _h _; do
+    user_home[$_u]=$_h
+done < <(getent passwd "$MINICLUSTER_USER" "$MINICLUSTER_OTHER_USER" "$MINICLUSTER_THIRD_USER")
+unset _u _h
+
 # run_as USER CMD...: as_user for any user.
 run_as() {
-    local u=$1
+    local u=$1 home
     shift
+    home=${user_home[$u]:-$(getent passwd "$u" | cut -d: -f6)}
     (cd "$MINICLUSTER_SHARED" && runuser -u "$u" -- env SLURM_CONF="$SLURM_CONF" \
         PATH="$STAGEHAND_PREFIX/bin:/usr/local/bin:/usr/bin:/bin" \
-        HOME="$(getent passwd "$u" | cut -d: -f6)" "$@")
+        HOME="$home" "$@")
 }
 
 # Run a command as the second unprivileged user (MINICLUSTER_OTHER_USER, the

@@ -24,9 +24,11 @@ cleanup() {
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
-# 1 GiB: the staging must outlast the look for its temp files and the 0.3 s
-# after it (384 MiB, staged in 1.3 s, did not always)
-make_slow_source "$src" 1024 ||
+# 256 MiB: the staging must outlast the look for its temp files and the
+# 0.3 s after it, which the shaped links below make certain (unshaped, 384
+# MiB staged in 1.3 s; a larger image only made the resubmitted job's copy
+# and the md5s longer)
+make_slow_source "$src" 256 ||
     fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 
@@ -35,10 +37,10 @@ submit() {
     as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" --wrap 'echo script-ran'
 }
 
-# links at 400 Mbit/s for the cancelled job: its copy then takes some 20 s
+# links at 100 Mbit/s for the cancelled job: its copy then takes some 20 s
 # however fast or loaded the host is (unshaped, the sparse source could be
 # copied before the scancel: the job COMPLETED)
-shape_links --link 400mbit || fail "cannot shape the links"
+shape_links --link 100mbit || fail "cannot shape the links"
 id=$(submit) || fail "sbatch: $id"
 for _ in $(seq 1 300); do
     [ -n "$(temp_files_in "/nvme/$tok")" ] && break

@@ -12,7 +12,9 @@
 # then stop: no engine of the staging runs 15 s after the scancel (before,
 # the staging ran on to its end). Four tries (the issue measured 4 of 4
 # running the program; 2 tries in the default run); the cancel lands at
-# 10, 25, 40 and 55 % of the image written on the last node. Cases F06, F28.
+# 10, 25, 40 and 55 % of the image written on the last node, whose link is
+# shaped for the tries (a known pace however loaded the host is) and
+# unshaped for the new job. Cases F06, F28.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's or the node's shell
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -32,14 +34,19 @@ src=$MINICLUSTER_SHARED/$tok.img
 out=$MINICLUSTER_SHARED/$tok.out
 marks=$MINICLUSTER_SHARED/$tok.ran
 cleanup() {
+    shape_clear
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     rm -rf "$src" "$out" "$marks"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
-# 2 GiB, mostly a hole: seconds of broadcast on the test cluster
-size=$((2048 * 1048576))
-make_slow_source "$src" 2048 || fail "cannot create $src"
+# 256 MiB, mostly a hole, with the last node's link at 100 Mbit/s (about
+# 12 MiB/s): the chain runs at its pace, so 55 % of the image takes some
+# 12 s on that node however fast or loaded the host is. (Unshaped, it took
+# a 2 GiB image to leave the tries a window, and the new job's copy and the
+# checksums of four 2 GiB files took most of this test's time.)
+size=$((256 * 1048576))
+make_slow_source "$src" 256 || fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 mkdir -p "$marks" && chown "$MINICLUSTER_USER" "$marks"
 
@@ -48,6 +55,7 @@ mkdir -p "$marks" && chown "$MINICLUSTER_USER" "$marks"
 script="srun -N$k --ntasks-per-node=1 --stage-image=$src:$dst "'sh -c '"'"'touch '"$marks"'/$(hostname) && echo step-ran'"'"
 
 victim=${MINICLUSTER_NODES##* }
+shape_links --link 100mbit --node "$victim" || fail "cannot shape $victim's link"
 for try in $(seq 1 "$tries"); do
     rm -f "$out" "$marks"/*
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
@@ -70,11 +78,11 @@ for try in $(seq 1 "$tries"); do
     [ -z "$left" ] || fail "try $try: job $id: engines still run 15 s after the scancel: $left"
     t_stop=$((SECONDS - t0))
     # no stagehand process of the job left (agents, PMIx hosts, staging
-    # processes, sentinels)
-    for name in stagehand-stage sh-sentinel stagehand-agent stagehand-bcast; do
-        left=$(procs_left named_pids "$name" 30)
-        [ -z "$left" ] || fail "try $try: job $id: $name still runs 30 s after the scancel: $left"
-    done
+    # processes, sentinels): the four names in one pattern (pgrep -x takes
+    # a regular expression), one pass over the nodes, not four
+    left=$(procs_left named_pids 'stagehand-(stage|agent|bcast)|sh-sentinel' 30)
+    [ -z "$left" ] ||
+        fail "try $try: job $id: stagehand-stage, -agent, -bcast or sh-sentinel still runs 30 s after the scancel: $left"
     assert_stopped_staging_clean "$id" "$want" "the scancel (try $try)"
     # a task's program would leave its marker at once; give a late one time
     sleep 2
@@ -89,6 +97,7 @@ for try in $(seq 1 "$tries"); do
 done
 
 # the same step staging in a new job
+shape_clear
 rm -f "$out" "$marks"/*
 id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --wrap "$script") || fail "sbatch: $id"
 st=$(wait_job_end "$id" 120)

@@ -2,7 +2,9 @@
 # Security issue 30, "nothing a user can do may count as a node fault": the
 # engine (stagehand-bcast) runs as the job user, so the user may send it a
 # crash signal. With on_node_fault=drain in the plugstack, the victim's
-# staging of a 1 GiB image is (A) sent SIGSEGV on a receiving node and (B)
+# staging of a 256 MiB image (the signalled node's link at 200 Mbit/s, so
+# that the copy outlasts the signal however fast the host is) is (A) sent
+# SIGSEGV on a receiving node and (B)
 # SIGABRT on the reader node, each by the job user (kill(1) as that user,
 # inside the node), once the engine has moved data. Each time: the job fails
 # naming the node, the signal and its sender (pid and uid), not as a crash;
@@ -20,7 +22,7 @@ k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 2 ] || skip "needs 2 nodes"
 read -r reader receiver _ <<<"$MINICLUSTER_NODES"
 uid=$(id -u "$MINICLUSTER_USER")
-size=1024
+size=256
 plugstack_save
 cleanup() {
     local n
@@ -41,6 +43,7 @@ want=$(md5sum "$src" | cut -d' ' -f1)
 signal_engine() {
     local node=$1 sig=$2 field=$3 id pid="" io=0 st pids
     rm -f "$out"
+    shape_links --link 200mbit --node "$node" || fail "$sig: cannot shape $node's link"
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
              --wrap 'echo script-ran') || fail "sbatch refused: $id"
     for _ in $(seq 1 600); do
@@ -58,6 +61,7 @@ signal_engine() {
         fail "$sig: the job user cannot signal the engine $pid on $node"
     echo "$sig: sent by the job user to the engine on $node (pid $pid) after $((io / 1048576)) MiB"
     st=$(wait_job_end "$id" 60)
+    shape_clear
     [ "$st" = FAILED ] || fail "$sig: job $id ended $st, expected FAILED ($(sinfo -h -R); $(cat "$out" 2>/dev/null))"
     # the job's output file, written by its batch step on $reader, can come
     # a moment after the job's end

@@ -35,11 +35,12 @@ dst=/nvme/$tok/img
 src=$MINICLUSTER_SHARED/$tok.img
 out=$MINICLUSTER_SHARED/$tok.out
 tool=$MINICLUSTER_SHARED/$tok.py
+release=$MINICLUSTER_SHARED/$tok.release
 plugstack_save
 cleanup() {
     for j in $(jobs_named "$tag"); do scancel "$j" 2>/dev/null; done
     plugstack_restore
-    rm -f "$src" "$out" "$tool"
+    rm -f "$src" "$out" "$tool" "$release"
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 trap cleanup EXIT
@@ -62,8 +63,12 @@ round() {
     local what=$1 id st n rec comm res pids
     as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
         --wrap true >/dev/null || fail "$what: first staging: $(cat "$out")"
+    # the job runs (its nodes' sentinels wait) until the checks below are
+    # done and release it (at most 60 s)
+    rm -f "$release"
     id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
-             --wrap 'echo started; sleep 12') || fail "$what: sbatch"
+             --wrap "echo started; for i in \$(seq 1 300); do [ -e '$release' ] && break; sleep 0.2; done") ||
+        fail "$what: sbatch"
     for _ in $(seq 1 150); do grep -q started "$out" 2>/dev/null && break; sleep 0.1; done
     grep -q started "$out" || fail "$what: job $id did not start: $(cat "$out")"
     declare -A snt=()
@@ -93,6 +98,7 @@ round() {
         *) fail "$what: $target's sentinel/agent ${snt[$target]} did not keep waiting (gone)" ;;
     esac
     echo "ok: $what: the unauthenticated wake-up of $target reached no other node ($target: $comm still waiting)"
+    touch "$release"
     st=$(wait_job_end "$id" 60)
     [ "$st" = COMPLETED ] || fail "$what: job $id ended $st: $(cat "$out")"
 

@@ -16,8 +16,12 @@ source "$(dirname "$0")/faultlib.sh"
 k=$(echo "$MINICLUSTER_NODES" | wc -w)
 [ "$k" -ge 3 ] || skip "needs 3 nodes"
 fault_test_files tdet stage-detached
-# Mostly a hole: cheap to create, seconds to stage (512 MiB).
-make_slow_source "$src" 512 || fail "cannot create $src"
+# Mostly a hole: cheap to create (128 MiB). The last node's link at 200
+# Mbit/s while the others receive, in (a) and (b): the chain runs at its
+# pace, so their copy lasts some 5 s however fast or loaded the host is.
+# (Unshaped, it took a 512 MiB image, and its checksums, to be sure of that
+# window.)
+make_slow_source "$src" 128 || fail "cannot create $src"
 want=$(md5sum "$src" | cut -d' ' -f1)
 
 stage_n1() { # make n1's copy current, and only n1's
@@ -29,6 +33,8 @@ stage_n1() { # make n1's copy current, and only n1's
 
 # (a) the script starts on n1 while n2 and n3 receive; its srun waits
 stage_n1
+last=${MINICLUSTER_NODES##* }
+shape_links --link 200mbit --node "$last" || fail "cannot shape $last's link"
 off2=$(log_offset n2)
 id=$(as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-verbose \
         --stage-image="$src:$dst" \
@@ -76,6 +82,7 @@ assert_no_drain
 echo "ok: (b) the epilog stopped n1's detached agent; nothing left, no node drained"
 
 # (its script waits for every node: a job that ends first ends the staging)
+shape_clear
 id=$(as_user sbatch --parsable --wait -J "$tag" -N"$k" -o "$out" --stage-image="$src:$dst" \
         --wrap 'srun -N'"$k"' true') || fail "the next job: $(cat "$out")"
 for n in $MINICLUSTER_NODES; do

@@ -3,7 +3,8 @@
 # check the installed layout, and purge it again so nothing of it is left
 # (issue 7), on either software stack (issue 31). Run as root on Debian 12:
 #
-#   tests/package/test_package.sh [--cluster] [--keep] [--stack bookworm|trixie]
+#   tests/package/test_package.sh [--cluster] [--keep] [--nocheck]
+#                                 [--stack bookworm|trixie]
 #
 #   --stack    bookworm (default): the host's own Debian 12; the package is
 #              built and installed on the host. trixie: Debian 13 (Slurm
@@ -16,16 +17,21 @@
 #   --cluster  also stage a file with `srun --stage-image`, as the test user,
 #              on the local test cluster with plugstack.conf pointing at the
 #              packaged plugin (agent and engine at the package's paths).
-#              bookworm: the cluster is restarted twice (`minicluster up`
-#              with MINICLUSTER_PLUGIN, then back to the plugin it had);
-#              trixie: plugstack.conf's stagehand line (the cluster needs
-#              one: contrib/setup.sh --install --stack trixie) is pointed at
-#              it and every slurmd restarted, as an administrator would, then
-#              both are put back. No one else may use the cluster
+#              On a cluster up on the stack, plugstack.conf's stagehand line
+#              (the cluster needs one: contrib/setup.sh --install [--stack
+#              trixie]) is pointed at it and every slurmd restarted, as an
+#              administrator would, then both are put back; bookworm, when
+#              the cluster is down or on the other stack: it is brought up
+#              with MINICLUSTER_PLUGIN, then back as it was (`minicluster
+#              up`, twice). No one else may use the cluster
 #              meanwhile. A cluster that was down is brought down again, one
 #              on another stack back to that stack.
 #   --keep     leave the package installed (no purge at the end; a trixie
 #              cluster's views keep it until the cluster goes down).
+#   --nocheck  build with DEB_BUILD_OPTIONS=nocheck: dh_auto_test does not
+#              run the unit and agent tests (tests/run.sh runs the same
+#              tests of the same sources under ASan and UBSan on each stack
+#              already, and passes this unless --full: some 50 s a stack).
 #
 # The build happens in a copy of the source tree under build-pkg/ (trixie:
 # build-pkg-trixie/); the .deb and the logs stay there. The last line is
@@ -39,6 +45,7 @@ top=$(cd "$(dirname "$self")/../.." && pwd)
 pkg=slurm-stagehand
 cluster=0
 keep=0
+nocheck=0
 stack=bookworm
 steps=""
 label=""
@@ -47,6 +54,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --cluster) cluster=1 ;;
         --keep) keep=1 ;;
+        --nocheck) nocheck=1 ;;
         --stack) stack=${2:?--stack needs bookworm or trixie}; shift ;;
         --stack=*) stack=${1#*=} ;;
         --steps)
@@ -54,7 +62,7 @@ while [ $# -gt 0 ]; do
             label=$2 steps=$3 deb=$4
             shift 3
             ;;
-        -h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "test_package.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
     shift
@@ -431,11 +439,16 @@ restore_cluster() {
     fi
 }
 
+# (the nodes at once: one after the other cost some 2 s a node)
 restart_slurmds() {
     local n
+    declare -A pids
     for n in "${nodes[@]}"; do
-        "$mc" restart-slurmd "$n" >>"$out/cluster-restart.log" 2>&1 ||
-            bad "minicluster restart-slurmd $n (see $out/cluster-restart.log)"
+        "$mc" restart-slurmd "$n" >>"$out/cluster-restart.$n.log" 2>&1 &
+        pids[$n]=$!
+    done
+    for n in "${nodes[@]}"; do
+        wait "${pids[$n]}" || bad "minicluster restart-slurmd $n (see $out/cluster-restart.$n.log)"
     done
 }
 
@@ -558,10 +571,15 @@ if [ "$stack" = bookworm ]; then
         { tail -20 "$out/build-dep.log"; die "apt-get build-dep"; }
 fi
 
-echo "== dpkg-buildpackage -us -uc -b on $stack (log: $out/build.log)"
+build_opts=""
+[ "$nocheck" = 0 ] || build_opts=nocheck
+echo "== dpkg-buildpackage -us -uc -b on $stack${build_opts:+ (DEB_BUILD_OPTIONS=$build_opts)} (log: $out/build.log)"
 rm -f "$out"/*.deb "$out"/*.buildinfo "$out"/*.changes
 # shellcheck disable=SC2016  # expanded by the inner shell
-if in_root bash -c 'cd "$1" && exec dpkg-buildpackage -us -uc -b' build "$src" >"$out/build.log" 2>&1; then
+if in_root bash -c 'cd "$1" || exit
+        [ -z "$2" ] || export DEB_BUILD_OPTIONS="${DEB_BUILD_OPTIONS:+$DEB_BUILD_OPTIONS }$2"
+        exec dpkg-buildpackage -us -uc -b' build "$src" "$build_opts" \
+    >"$out/build.log" 2>&1; then
     ok "dpkg-buildpackage -us -uc -b"
 else
     tail -40 "$out/build.log"
@@ -599,10 +617,14 @@ fi
 
 # ---- on the test cluster ------------------------------------------------------
 read_cluster
+switch=1
 if [ "$stack" = bookworm ]; then
     install_on host check
-    echo "== test cluster with plugstack.conf naming $plugin"
-    cluster_up "$plugin"
+    if [ "$mc_was_up" = 0 ] || [ "$mc_stack_before" != "$stack" ]; then
+        echo "== test cluster with plugstack.conf naming $plugin"
+        cluster_up "$plugin"
+        switch=0
+    fi
     eval "$("$mc" env)"
 else
     if [ "$mc_was_up" = 0 ] || [ "$mc_stack_before" != "$stack" ]; then
@@ -626,7 +648,7 @@ else
 fi
 read -ra nodes <<<"$MINICLUSTER_NODES"
 plugstack=$(sed -n 's/^PlugStackConfig=//p' "$SLURM_CONF")
-[ "$stack" = bookworm ] || switch_plugstack
+[ "$switch" = 0 ] || switch_plugstack
 line=$(grep -E '^required ' "$plugstack" || true)
 check "plugstack.conf loads $plugin" grep -qE "^required $plugin " <<<"$line"
 check "plugstack.conf leaves agent= and engine= at the plugin's defaults" \
