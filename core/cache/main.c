@@ -143,7 +143,14 @@ struct row {
     struct stat sb;
     char jobs[512];      /* ids of the jobs that link it, "" when none */
     char users[512];     /* their users */
+    struct sh_meta_sources more; /* its further sources (stagehand/meta.h) */
 };
+
+/* Does @r hold source @path (its record's or a further one)? */
+static bool has_source(const struct row *r, const char *path)
+{
+    return strcmp(r->e.rec.src.path, path) == 0 || sh_meta_sources_find(&r->more, path) != NULL;
+}
 
 /* The jobs (and their users) whose directories link the inode of @sb. */
 static void users_of(const char *cache, const struct stat *sb, struct row *r)
@@ -225,6 +232,8 @@ static int each_entry(const char *cache, int (*fn)(const char *cache, struct row
             if (fd >= 0) {
                 if (sh_meta_load(-1, de->d_name, fd, &r.e.rec, NULL) != 0)
                     memset(&r.e.rec, 0, sizeof(r.e.rec));
+                else if (sh_meta_sources_load(fd, &r.more) != 0)
+                    r.more.n = 0;
                 close(fd);
             }
         }
@@ -253,19 +262,44 @@ static int print_row(const char *cache, struct row *r, void *arg)
 
         json_object_object_add(o, "key", json_object_new_string(r->e.key));
         json_object_object_add(o, "size", json_object_new_uint64(r->e.size));
+        json_object *srcs = json_object_new_array();
+
         json_object_object_add(o, "source", json_object_new_string(r->e.rec.src.path));
+        if (r->e.rec.src.path[0] != '\0')
+            json_object_array_add(srcs, json_object_new_string(r->e.rec.src.path));
+        for (size_t i = 0; i < r->more.n; i++)
+            json_object_array_add(srcs, json_object_new_string(r->more.id[i].path));
+        json_object_object_add(o, "sources", srcs);
         json_object_object_add(o, "last_use", json_object_new_string(when));
         json_object_object_add(o, "jobs_using", json_object_new_int((int)r->e.links - 1));
         json_object_object_add(o, "jobs", json_object_new_string(r->jobs));
         json_object_object_add(o, "users", json_object_new_string(r->users));
         json_object_array_add(arr, o);
     } else {
-        printf("%-50s %12" PRIu64 " %s %3d %-20s %-20s %s\n", r->e.key, r->e.size, when,
+        printf("%-50s %12" PRIu64 " %s %3d %-20s %-20s %s", r->e.key, r->e.size, when,
                (int)r->e.links - 1, r->jobs[0] != '\0' ? r->jobs : "-",
                r->users[0] != '\0' ? r->users : "-",
                r->e.rec.src.path[0] != '\0' ? r->e.rec.src.path : "(no record)");
+        for (size_t i = 0; i < r->more.n; i++)
+            printf(",%s", r->more.id[i].path);
+        printf("\n");
     }
     return 0;
+}
+
+/* Is @cache a node image cache (it has its entries directory)? Else says
+ * so on stderr. */
+static bool is_cache(const char *cache)
+{
+    char dir[PATH_MAX];
+    struct stat sb;
+
+    if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", cache, SH_CACHE_ENTRIES) < sizeof(dir) &&
+        lstat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return true;
+    fprintf(stderr, "stagehand-cache: %s is not a node image cache (no %s directory)\n", cache,
+            SH_CACHE_ENTRIES);
+    return false;
 }
 
 static int cmd_list(const char *cache, bool json)
@@ -275,7 +309,7 @@ static int cmd_list(const char *cache, bool json)
 
     if (!json)
         printf("%-50s %12s %-19s %3s %-20s %-20s %s\n", "KEY", "BYTES", "LAST USE", "IN",
-               "JOBS", "USERS", "SOURCE");
+               "JOBS", "USERS", "SOURCES");
     n = each_entry(cache, print_row, arr);
     if (n < 0) {
         fprintf(stderr, "stagehand-cache: %s/%s: %s\n", cache, SH_CACHE_ENTRIES, strerror(errno));
@@ -300,8 +334,7 @@ static int remove_row(const char *cache, struct row *r, void *arg)
     struct target *t = arg;
     char path[PATH_MAX];
 
-    if (strncmp(r->e.key, t->what, strlen(t->what)) != 0 &&
-        strcmp(r->e.rec.src.path, t->what) != 0)
+    if (strncmp(r->e.key, t->what, strlen(t->what)) != 0 && !has_source(r, t->what))
         return 0;
     t->matched++;
     if (r->e.links > 1) {
@@ -533,6 +566,9 @@ int main(int argc, char **argv)
                 return 2;
             }
         }
+        if ((strcmp(cmd, "list") == 0 || strcmp(cmd, "remove") == 0 ||
+             strcmp(cmd, "verify") == 0 || strcmp(cmd, "prune") == 0) && !is_cache(cache))
+            return 2;
         if (strcmp(cmd, "list") == 0 && arg == NULL)
             return cmd_list(cache, json);
         if (strcmp(cmd, "remove") == 0 && arg != NULL && !json)

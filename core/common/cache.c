@@ -403,6 +403,8 @@ static DIR *open_entries(const char *cache, int *efd)
 
 int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
 {
+    struct sh_meta rec;
+    struct sh_src_id id;
     int efd, found = -1;
     DIR *d;
     struct dirent *de;
@@ -410,7 +412,7 @@ int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
     d = open_entries(cache, &efd);
     if (d == NULL)
         return -1;
-    while (found != 0 && (de = readdir(d)) != NULL) {
+    while ((de = readdir(d)) != NULL) {
         struct stat sb;
         int fd;
 
@@ -419,11 +421,18 @@ int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e)
         fd = openat(efd, de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOATIME);
         if (fd < 0)
             continue;
-        /* the record is root's xattr, never a sidecar: no user wrote it */
+        /* the record is root's xattr, never a sidecar: no user wrote it. Of
+         * several entries that held @src's path, the one of its newest
+         * identity (latest ctime: no user can set it back) is the one it can
+         * hold now. */
         if (fgetxattr(fd, SH_META_XATTR, NULL, 0) > 0 &&
-            sh_meta_load(efd, de->d_name, fd, &e->rec, NULL) == 0 &&
-            strcmp(e->rec.src.path, src) == 0) {
+            sh_meta_load(efd, de->d_name, fd, &rec, NULL) == 0 &&
+            sh_meta_entry_source(fd, &rec, src, &id) &&
+            (found != 0 || id.ctime.sec > e->rec.src.ctime.sec ||
+             (id.ctime.sec == e->rec.src.ctime.sec && id.ctime.nsec > e->rec.src.ctime.nsec))) {
             snprintf(e->key, sizeof(e->key), "%s", de->d_name);
+            e->rec = rec;
+            e->rec.src = id; /* the identity of @src this entry was proven to hold */
             e->size = (uint64_t)sb.st_size;
             e->links = sb.st_nlink;
             e->atime = sh_ts_from(&sb.st_atim);

@@ -10,7 +10,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,33 +70,90 @@ static int seal(int fd, uid_t uid, struct stat *sb, char *err, size_t errlen)
     return 0;
 }
 
+/* Add source @id to the existing entry @key of @efd (its record's, or one
+ * more of its further sources) and mark it used now. Under flock(2) of the
+ * entry: two adoptions into one entry add both. Best effort: a source not
+ * recorded only costs a later job a copy. */
+static void add_source(int efd, const char *key, const struct sh_src_id *id)
+{
+    const struct timespec ts[2] = { { .tv_nsec = UTIME_NOW }, { .tv_nsec = UTIME_OMIT } };
+    struct sh_meta_sources *s = malloc(sizeof(*s));
+    struct sh_meta rec;
+    int fd = openat(efd, key, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOATIME);
+
+    (void)utimensat(efd, key, ts, AT_SYMLINK_NOFOLLOW); /* last use, for eviction */
+    if (fd < 0 || s == NULL || flock(fd, LOCK_EX) != 0)
+        goto out;
+    if (sh_meta_load(efd, key, fd, &rec, NULL) != 0)
+        goto out;
+    if (strcmp(rec.src.path, id->path) == 0) {
+        rec.src = *id; /* the path's newest identity */
+        (void)sh_meta_store_fd(fd, &rec);
+    } else if (sh_meta_sources_load(fd, s) == 0 || errno == EINVAL ||
+               errno == EPROTONOSUPPORT) {
+        /* (an unreadable list was emptied by the load: started anew) */
+        sh_meta_sources_add(s, id);
+        (void)sh_meta_sources_store(fd, s);
+    }
+out:
+    free(s);
+    if (fd >= 0)
+        close(fd); /* lets go of the flock */
+}
+
 /* Give the sealed copy @name in @jfd (descriptor @fd) its entry name @key in
  * the entries directory @efd; an entry of that key already there (another
- * job's copy of the same content) stays, and @name becomes a link of it. */
-static int enter(int jfd, const char *name, int efd, const char *key, char *err,
-                 size_t errlen)
+ * job's or another source's copy of the same content) stays, gets source @id
+ * (add_source), and @name becomes a link of it: a link under a temporary
+ * name renamed over @name, so an entry evicted meanwhile (ENOENT) is made
+ * again from this copy rather than lost. */
+static int enter(int jfd, const char *name, int efd, const char *key,
+                 const struct sh_src_id *id, char *err, size_t errlen)
 {
+    char tmp[NAME_MAX + 1];
     struct stat a, b;
 
-    if (linkat(jfd, name, efd, key, 0) == 0)
+    if ((size_t)snprintf(tmp, sizeof(tmp), ".adopt-%s", key) >= sizeof(tmp)) {
+        snprintf(err, errlen, "entry name %s too long", key);
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (int tries = 0;; tries++) {
+        if (linkat(jfd, name, efd, key, 0) == 0)
+            return 0;
+        if (errno != EEXIST || tries == 3) {
+            snprintf(err, errlen, "cannot enter it as %s: %s", key, strerror(errno));
+            return -1;
+        }
+        if (fstatat(efd, key, &a, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                continue; /* evicted just now: enter this copy */
+            snprintf(err, errlen, "entry %s: %s", key, strerror(errno));
+            return -1;
+        }
+        if (!S_ISREG(a.st_mode) || a.st_uid != 0 ||
+            fstatat(jfd, name, &b, AT_SYMLINK_NOFOLLOW) != 0) {
+            snprintf(err, errlen, "entry %s: not an entry", key);
+            errno = EEXIST;
+            return -1;
+        }
+        if (a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+            return 0;
+        (void)unlinkat(jfd, tmp, 0);
+        if (linkat(efd, key, jfd, tmp, 0) != 0) {
+            if (errno == ENOENT)
+                continue; /* evicted just now: enter this copy */
+            snprintf(err, errlen, "cannot link entry %s: %s", key, strerror(errno));
+            return -1;
+        }
+        if (renameat(jfd, tmp, jfd, name) != 0) {
+            snprintf(err, errlen, "cannot link entry %s: %s", key, strerror(errno));
+            (void)unlinkat(jfd, tmp, 0);
+            return -1;
+        }
+        add_source(efd, key, id);
         return 0;
-    if (errno != EEXIST) {
-        snprintf(err, errlen, "cannot enter it as %s: %s", key, strerror(errno));
-        return -1;
     }
-    if (fstatat(efd, key, &a, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(a.st_mode) ||
-        a.st_uid != 0 || fstatat(jfd, name, &b, AT_SYMLINK_NOFOLLOW) != 0) {
-        snprintf(err, errlen, "entry %s: not an entry", key);
-        errno = EEXIST;
-        return -1;
-    }
-    if (a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-        return 0;
-    if (unlinkat(jfd, name, 0) != 0 || linkat(efd, key, jfd, name, 0) != 0) {
-        snprintf(err, errlen, "cannot link entry %s: %s", key, strerror(errno));
-        return -1;
-    }
-    return 0;
 }
 
 int sh_cache_adopt(const char *cache, const char *dst, uid_t uid, enum sh_hash_algo algo,
@@ -156,7 +215,7 @@ int sh_cache_adopt(const char *cache, const char *dst, uid_t uid, enum sh_hash_a
         snprintf(why, sizeof(why), "%s: %s", SH_CACHE_ENTRIES, strerror(errno));
         goto out;
     }
-    if (fsync(fd) != 0 || enter(jfd, name, efd, key, why, sizeof(why)) != 0)
+    if (fsync(fd) != 0 || enter(jfd, name, efd, key, id, why, sizeof(why)) != 0)
         goto out;
     (void)fsync(efd);
     rc = 0;

@@ -254,9 +254,176 @@ int sh_meta_load(int dirfd, const char *name, int dstfd, struct sh_meta *m,
     return load_sidecar(dirfd, name, m);
 }
 
+
+#define SOURCES_MAGIC "stagehand-sources"
+
 static int ts_eq(struct sh_ts a, struct sh_ts b)
 {
     return a.sec == b.sec && a.nsec == b.nsec;
+}
+
+/* Drop the oldest source of @s. */
+static void sources_drop_oldest(struct sh_meta_sources *s)
+{
+    memmove(&s->id[0], &s->id[1], (s->n - 1) * sizeof(s->id[0]));
+    s->n--;
+}
+
+int sh_meta_sources_encode(struct sh_meta_sources *s, char *buf, size_t len)
+{
+    size_t limit = len < SH_META_SOURCES_MAX_LEN + 1 ? len : SH_META_SOURCES_MAX_LEN + 1;
+
+    for (size_t i = 0; i < s->n; i++)
+        if (s->id[i].path[0] == '\0' || strchr(s->id[i].path, '\n') != NULL) {
+            errno = EINVAL;
+            return -1;
+        }
+    for (;;) {
+        int n = snprintf(buf, len, SOURCES_MAGIC " 1\n");
+        size_t o = n > 0 ? (size_t)n : 0;
+
+        for (size_t i = 0; i < s->n && o < limit; i++) {
+            const struct sh_src_id *id = &s->id[i];
+
+            n = snprintf(buf + o, len - o,
+                         "src %" PRIu64 " %" PRId64 ".%09" PRIu32 " %" PRId64 ".%09" PRIu32
+                         " %s\n",
+                         id->size, id->mtime.sec, id->mtime.nsec, id->ctime.sec,
+                         id->ctime.nsec, id->path);
+            o += n > 0 ? (size_t)n : limit;
+        }
+        if (o < limit)
+            return (int)o;
+        if (s->n == 0) {
+            errno = ENOBUFS;
+            return -1;
+        }
+        if (s->n == 1) {
+            errno = len <= SH_META_SOURCES_MAX_LEN ? ENOBUFS : EINVAL;
+            return -1;
+        }
+        sources_drop_oldest(s);
+    }
+}
+
+/* Parse "<u64> <ts> <ts> <path>" of a sources line into @id. */
+static int parse_source(char *line, struct sh_src_id *id)
+{
+    char *f[3], *p = line;
+
+    for (int k = 0; k < 3; k++) {
+        char *sp = strchr(p, ' ');
+
+        if (sp == NULL)
+            return -1;
+        *sp = '\0';
+        f[k] = p;
+        p = sp + 1;
+    }
+    memset(id, 0, sizeof(*id));
+    if (sh_parse_u64(f[0], &id->size) != 0 || parse_ts(f[1], &id->mtime) != 0 ||
+        parse_ts(f[2], &id->ctime) != 0 || p[0] == '\0' || strlen(p) >= sizeof(id->path) ||
+        (p[0] != '/' && !sh_ref_is_image(p)))
+        return -1;
+    memcpy(id->path, p, strlen(p) + 1);
+    return 0;
+}
+
+int sh_meta_sources_decode(const char *buf, size_t len, struct sh_meta_sources *s)
+{
+    struct cursor c = { buf, buf + len };
+    char field[PATH_MAX + 128];
+    uint64_t version;
+
+    s->n = 0;
+    if (next_field(&c, SOURCES_MAGIC, field, sizeof(field)) != 0 ||
+        sh_parse_u64(field, &version) != 0)
+        goto bad;
+    if (version != 1) {
+        errno = EPROTONOSUPPORT;
+        return -1;
+    }
+    while (c.p < c.end && *c.p != '\0') {
+        if (s->n == SH_META_SOURCES_MAX || next_field(&c, "src", field, sizeof(field)) != 0 ||
+            parse_source(field, &s->id[s->n]) != 0)
+            goto bad;
+        s->n++;
+    }
+    if (c.p != c.end && !(c.end - c.p == 1 && *c.p == '\0'))
+        goto bad;
+    return 0;
+bad:
+    s->n = 0;
+    errno = EINVAL;
+    return -1;
+}
+
+void sh_meta_sources_add(struct sh_meta_sources *s, const struct sh_src_id *id)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->id[i].path, id->path) == 0) {
+            /* the newest identity of a path goes last: dropped last */
+            memmove(&s->id[i], &s->id[i + 1], (s->n - i - 1) * sizeof(s->id[0]));
+            s->n--;
+            break;
+        }
+    if (s->n == SH_META_SOURCES_MAX)
+        sources_drop_oldest(s);
+    s->id[s->n++] = *id;
+}
+
+const struct sh_src_id *sh_meta_sources_find(const struct sh_meta_sources *s, const char *path)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (strcmp(s->id[i].path, path) == 0)
+            return &s->id[i];
+    return NULL;
+}
+
+int sh_meta_sources_load(int fd, struct sh_meta_sources *s)
+{
+    char buf[SH_META_SOURCES_MAX_LEN + 1];
+    ssize_t n = fgetxattr(fd, SH_META_SOURCES_XATTR, buf, sizeof(buf));
+
+    s->n = 0;
+    if (n < 0)
+        return errno == ENODATA ? 0 : -1;
+    return sh_meta_sources_decode(buf, (size_t)n, s);
+}
+
+int sh_meta_sources_store(int fd, struct sh_meta_sources *s)
+{
+    char buf[SH_META_SOURCES_MAX_LEN + 1];
+    int n;
+
+    if (s->n == 0)
+        return fremovexattr(fd, SH_META_SOURCES_XATTR) == 0 || errno == ENODATA ? 0 : -1;
+    n = sh_meta_sources_encode(s, buf, sizeof(buf));
+    if (n < 0)
+        return -1;
+    return fsetxattr(fd, SH_META_SOURCES_XATTR, buf, (size_t)n, 0);
+}
+
+int sh_meta_entry_source(int fd, const struct sh_meta *rec, const char *path,
+                         struct sh_src_id *out)
+{
+    struct sh_meta_sources *s;
+    const struct sh_src_id *id;
+    int found = 0;
+
+    if (strcmp(rec->src.path, path) == 0) {
+        *out = rec->src;
+        return 1;
+    }
+    s = malloc(sizeof(*s)); /* 32 KiB: not on a check child's stack */
+    if (s == NULL)
+        return 0;
+    if (sh_meta_sources_load(fd, s) == 0 && (id = sh_meta_sources_find(s, path)) != NULL) {
+        *out = *id;
+        found = 1;
+    }
+    free(s);
+    return found;
 }
 
 int sh_meta_is_current(enum sh_check check, const struct sh_src_id *src,
@@ -346,6 +513,15 @@ int sh_meta_dst_current(int dirfd, const char *name, int fd, const struct stat *
         c->check != SH_CHECK_NEVER &&
         sh_meta_load(dirfd, name, fd, &c->rec, &c->sidecar) == 0)
         c->have_rec = 1;
+    /* a cache entry (root's record, never a sidecar) holds each source root
+     * proved it to hold: the one of SRC's path decides (issue 34) */
+    if (c->have_rec && !c->sidecar && st->st_uid == 0 &&
+        strcmp(c->rec.src.path, c->src->path) != 0) {
+        struct sh_src_id other;
+
+        if (sh_meta_entry_source(fd, &c->rec, c->src->path, &other))
+            c->rec.src = other;
+    }
     size = image ? c->rec.dst_size : c->src->size;
     if (c->have_rec && c->check == SH_CHECK_CONTENT && c->digest != NULL &&
         (uint64_t)st->st_size == size && c->digest(fd, size, c->rec.algo, digest) > 0)

@@ -10,7 +10,9 @@
  *   DIR/entries/<key>          0444  one image; <key> = "<digest hex>-<size>"
  *                                    under the site's hash=; its user.stagehand
  *                                    record (stagehand/meta.h), written by root
- *                                    at adoption, names the source it came from
+ *                                    at adoption, names the source it came from;
+ *                                    user.stagehand.sources, every further
+ *                                    source a later adoption proved it holds
  *   DIR/job/                   0711  the jobs' directories, not listable
  *   DIR/job/<jobid>/           the job user's, 0700 while the job stages into
  *                                    it (or a woken sentinel's agent serves the
@@ -112,10 +114,12 @@ struct sh_cache_entry {
     struct sh_ts atime;        /* last use: a job linked it (sh_cache_link) */
 };
 
-/* The entry whose record names source @src (a normalised absolute path),
- * into @e. Run as root. Returns 0, or -1 with errno = ENOENT (none), or from
- * opendir/openat. Only root's regular files with mode 0444, one record each,
- * are entries; anything else there is skipped. */
+/* The entry that holds source @src (a normalised absolute path), into @e:
+ * one whose record or further sources (stagehand/meta.h) name it, with
+ * @src's recorded identity in e->rec.src; of several, the one of @src's
+ * newest identity (latest ctime). Run as root. Returns 0, or -1 with errno =
+ * ENOENT (none), or from opendir/openat. Only root's regular files with mode
+ * 0444, one record each, are entries; anything else there is skipped. */
 int sh_cache_find(const char *cache, const char *src, struct sh_cache_entry *e);
 
 /* As root: make @dst (job form, missing) a hard link of entry @key and mark
@@ -210,8 +214,10 @@ int sh_cache_fill_sweep(const char *cache);
  * only; then root hashes it and the digest must be @ref_digest (hex, the
  * reader's digest the job's agent reported). Root's record (@src's identity
  * @id, the digest) replaces whatever the user wrote, the entry gets its name
- * "<key>" in entries/ (an entry of that key made meanwhile by another job is
- * kept and linked instead, and this copy goes). Returns 0 with the entry's
+ * "<key>" in entries/ (an entry of that key already there, another job's or
+ * another source's copy of the same content, is kept and linked instead:
+ * @id is added to its sources and its last use set to now; this copy goes;
+ * an entry evicted meanwhile is made again from this copy). Returns 0 with the entry's
  * key in @key (SH_CACHE_KEY_MAX bytes), or -1 with errno and the reason in
  * @err; the copy is then removed. */
 int sh_cache_adopt(const char *cache, const char *dst, uid_t uid, enum sh_hash_algo algo,

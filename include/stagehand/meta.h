@@ -51,6 +51,57 @@ struct sh_meta {
 };
 
 
+/* The further sources of a node image cache entry (stagehand/cache.h): each
+ * source identity root proved the entry to hold besides the one its record
+ * names (issue 34: one copy per content, whatever its source's name). In
+ * the extended attribute "user.stagehand.sources" of the entry, root's like
+ * the record; an entry without it (written before) has the record's source
+ * only. Versioned text: "stagehand-sources 1\n", then one line per source,
+ * oldest first: "src <size> <mtime> <ctime> <path>\n" (times as the record's,
+ * sec.nsec). At most SH_META_SOURCES_MAX sources and SH_META_SOURCES_MAX_LEN
+ * bytes (with the record, within one 4 KiB block of ext4's xattrs): adding
+ * one more drops the oldest. */
+#define SH_META_SOURCES_XATTR "user.stagehand.sources"
+#define SH_META_SOURCES_MAX 8
+#define SH_META_SOURCES_MAX_LEN 3072
+
+struct sh_meta_sources {
+    size_t n;
+    struct sh_src_id id[SH_META_SOURCES_MAX];
+};
+
+/* Encode @s into @buf (@len bytes, NUL-terminated), dropping the oldest
+ * sources while the text exceeds SH_META_SOURCES_MAX_LEN (@s is left as
+ * encoded). Returns the length, or -1 with errno = EINVAL (a path empty, with
+ * a newline, or longer than the limit alone) or ENOBUFS. */
+int sh_meta_sources_encode(struct sh_meta_sources *s, char *buf, size_t len);
+
+/* Decode @len bytes of @buf into @s. Strict. Returns 0, or -1 with errno =
+ * EINVAL or EPROTONOSUPPORT. */
+int sh_meta_sources_decode(const char *buf, size_t len, struct sh_meta_sources *s);
+
+/* Add @id to @s: it replaces the identity of the same path, else is appended
+ * (the oldest dropped when @s is full). */
+void sh_meta_sources_add(struct sh_meta_sources *s, const struct sh_src_id *id);
+
+/* The identity of path @path in @s, or NULL. */
+const struct sh_src_id *sh_meta_sources_find(const struct sh_meta_sources *s, const char *path);
+
+/* Load the further sources of the open file @fd into @s (none: n = 0).
+ * Returns 0, or -1 with errno (EINVAL/EPROTONOSUPPORT: unreadable, or
+ * fgetxattr(2)'s). */
+int sh_meta_sources_load(int fd, struct sh_meta_sources *s);
+
+/* Store @s on the open file @fd (fsetxattr(2); n = 0 removes the attribute).
+ * Returns 0, or -1 with errno (ENOSPC/E2BIG, ENOTSUP, encoding's). */
+int sh_meta_sources_store(int fd, struct sh_meta_sources *s);
+
+/* The identity of source @path that the root-owned entry @fd with record
+ * @rec was proven to hold: the record's own, or one of its further sources
+ * (copied into @out). Returns 1 with @out set, or 0 (none of @path). */
+int sh_meta_entry_source(int fd, const struct sh_meta *rec, const char *path,
+                         struct sh_src_id *out);
+
 /* Convert a struct timespec / stat times. */
 struct sh_ts sh_ts_from(const struct timespec *ts);
 

@@ -63,6 +63,14 @@ for bad in "frob" "remove zz" "remove" "list extra"; do
     rc=$?
     if [ "$rc" != 2 ] || [ -z "$msg" ]; then fail "'$bad': exit $rc: $msg"; fi
 done
+# a directory that is not a cache: said so, exit 2, no table header
+out_nc=$(on_node "$n1" "$tool" --cache /tmp list 2>/dev/null)
+msg=$(on_node "$n1" "$tool" --cache /tmp list 2>&1)
+rc=$?
+if [ "$rc" != 2 ] || [ -n "$out_nc" ] ||
+    [ "$msg" != "stagehand-cache: /tmp is not a node image cache (no entries directory)" ]; then
+    fail "list of a directory that is not a cache: exit $rc: $msg"
+fi
 msg=$(on_node "$n1" "$tool" list 2>&1)
 rc=$?
 if [ "$rc" != 2 ] || ! grep -q -- "--cache" <<<"$msg"; then fail "list without --cache: $msg"; fi
@@ -89,4 +97,4 @@ grep -q "$k copied\|1 copied" "$out" || fail "the next job did not copy: $(cat "
 msg=$(adm remove "$src") || fail "remove $src: $msg"
 grep -q "removed" <<<"$msg" || fail "remove $src: $msg"
 [ -z "$(on_node "$n1" ls "$cache/entries")" ] || fail "remove left: $(on_node "$n1" ls "$cache/entries")"
-echo "PASS: list (text, --json), remove (kept in use, by SRC), bad arguments (exit 2), verify finds a flipped byte and the next job copies again"
+echo "PASS: list (text, --json), remove (kept in use, by SRC), bad arguments and a directory that is no cache (exit 2), verify finds a flipped byte and the next job copies again"

@@ -15,7 +15,10 @@
 #    entry per node, both succeed and see the same inode;
 #  - the epilogs drop the jobs' links: the entries stay with one link;
 #  - a reference of a job no longer on the node is dropped by the next
-#    staging there.
+#    staging there;
+#  - a second source of the same bytes: its first job copies and joins the
+#    entry (same inode, the entry records both sources), its next job (the
+#    other user) is current without a copy.
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -174,4 +177,40 @@ for n in $MINICLUSTER_NODES; do
     links=$(on_node "$n" stat -c %h "$cache/entries/$key")
     [ "$links" = 1 ] || fail "$n: entry $key has $links links"
 done
-echo "PASS: two users share one entry per node (copied, then current; one inode), the third is refused and reads nothing, two concurrent stagings make one entry, a dead job's reference is dropped"
+# 6. a second source of the same bytes (issue 34): its first job copies, and
+# the adoption links the entry that holds that content and adds the source
+# to it; the next job of that source (another user) finds it current, no
+# copy, the same inode; list shows both sources
+copy=$dir/img-copy.sqsh
+tool=$STAGEHAND_PREFIX/sbin/stagehand-cache
+[ -x "$tool" ] || tool=/usr/sbin/stagehand-cache
+as_user cp "$src" "$copy" || fail "cannot copy $src"
+outc=$MINICLUSTER_SHARED/$tok.c.out
+outd=$MINICLUSTER_SHARED/$tok.d.out
+jc=$(submit "$MINICLUSTER_USER" "$outc" "$copy" "$(probe)") || fail "sbatch: $jc"
+st=$(wait_job_end "$jc" 120)
+[ "$st" = COMPLETED ] || fail "job $jc ($copy) ended $st: $(cat "$outc" 2>/dev/null)"
+grep -q "stagehand: .*: $k copied, 0 current of $k nodes" "$outc" || fail "job $jc's summary: $(cat "$outc")"
+jd=$(submit "$other" "$outd" "$copy" "$(probe)") || fail "sbatch: $jd"
+st=$(wait_job_end "$jd" 120)
+[ "$st" = COMPLETED ] || fail "job $jd ($copy) ended $st: $(cat "$outd" 2>/dev/null)"
+grep -q "stagehand: $cache/job/$jd/img-copy.sqsh: current on" "$outd" ||
+    fail "job $jd of the second source's second job is not current: $(cat "$outd")"
+grep -q "[0-9] copied" "$outd" && fail "job $jd copied the second source again: $(cat "$outd")"
+[ "$(grep -c " $want\$" "$outd")" = "$k" ] || fail "job $jd's image: $(cat "$outd")"
+for n in $MINICLUSTER_NODES; do
+    ie=$(on_node "$n" stat -c %i "$cache/entries/$key")
+    for o in "$outc" "$outd"; do
+        [ "$(inode_on "$n" "$o")" = "$ie" ] || fail "$n: $o's inode is not entry $key's ($ie): $(cat "$o")"
+    done
+    [ "$(on_node "$n" sh -c "ls '$cache/entries' | wc -l")" = 2 ] || fail "$n: entries: $(on_node "$n" ls -la "$cache/entries")"
+done
+line=$(on_node "$n1" "$tool" --cache "$cache" list | grep "^$key ")
+case "$line" in
+*" $src,$copy") ;;
+*) fail "list does not show both sources of $key: '$line'" ;;
+esac
+on_node "$n1" "$tool" --cache "$cache" list --json |
+    python3 -c "import json,sys; e=[x for x in json.load(sys.stdin) if x['key']=='$key'][0]; sys.exit(e['sources']!=['$src','$copy'])" ||
+    fail "list --json does not give both sources of $key"
+echo "PASS: two users share one entry per node (copied, then current; one inode), the third is refused and reads nothing, two concurrent stagings make one entry, a dead job's reference is dropped, a second source of the same bytes joins the entry and is then current"

@@ -259,6 +259,93 @@ START_TEST(check_names)
 }
 END_TEST
 
+/* A node image cache entry's further sources (issue 34): the text, the
+ * replacement of a path's identity, the oldest dropped when full or long. */
+START_TEST(sources_encode_decode)
+{
+    static struct sh_meta_sources a, b;
+    struct sh_src_id id;
+    char buf[SH_META_SOURCES_MAX_LEN + 1];
+    int n;
+
+    memset(&a, 0, sizeof(a));
+    memset(&id, 0, sizeof(id));
+    strcpy(id.path, "/shared/images/copy of rootfs.sqsh");
+    id.size = 3000000;
+    id.mtime = (struct sh_ts){ 1700000000, 1 };
+    id.ctime = (struct sh_ts){ 1700000002, 999999999 };
+    sh_meta_sources_add(&a, &id);
+    n = sh_meta_sources_encode(&a, buf, sizeof(buf));
+    ck_assert_int_gt(n, 0);
+    ck_assert_str_eq(buf, "stagehand-sources 1\nsrc 3000000 1700000000.000000001 "
+                          "1700000002.999999999 /shared/images/copy of rootfs.sqsh\n");
+    ck_assert_int_eq(sh_meta_sources_decode(buf, (size_t)n, &b), 0);
+    ck_assert_uint_eq(b.n, 1);
+    ck_assert_str_eq(b.id[0].path, id.path);
+    ck_assert_uint_eq(b.id[0].size, id.size);
+    ck_assert_int_eq(b.id[0].ctime.nsec, 999999999);
+    ck_assert_ptr_nonnull(sh_meta_sources_find(&b, id.path));
+    ck_assert_ptr_null(sh_meta_sources_find(&b, "/shared/images/rootfs.sqsh"));
+
+    /* the same path again: its newest identity replaces the old, last */
+    strcpy(id.path, "/b.sqsh");
+    sh_meta_sources_add(&a, &id);
+    strcpy(id.path, "/shared/images/copy of rootfs.sqsh");
+    id.size = 5;
+    sh_meta_sources_add(&a, &id);
+    ck_assert_uint_eq(a.n, 2);
+    ck_assert_str_eq(a.id[0].path, "/b.sqsh");
+    ck_assert_uint_eq(a.id[1].size, 5);
+
+    /* full: the oldest goes */
+    for (int i = 0; i < SH_META_SOURCES_MAX; i++) {
+        snprintf(id.path, sizeof(id.path), "/s%d", i);
+        sh_meta_sources_add(&a, &id);
+    }
+    ck_assert_uint_eq(a.n, SH_META_SOURCES_MAX);
+    ck_assert_str_eq(a.id[0].path, "/s0");
+    ck_assert_ptr_null(sh_meta_sources_find(&a, "/b.sqsh"));
+    n = sh_meta_sources_encode(&a, buf, sizeof(buf));
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_eq(sh_meta_sources_decode(buf, (size_t)n, &b), 0);
+    ck_assert_uint_eq(b.n, SH_META_SOURCES_MAX);
+    ck_assert_int_eq(sh_meta_sources_decode(buf, (size_t)n + 1, &b), 0); /* + NUL */
+
+    /* too long together: the oldest go until it fits */
+    a.n = 0;
+    for (int i = 0; i < 3; i++) {
+        memset(id.path, 'a' + i, 1000);
+        id.path[0] = '/';
+        id.path[1000] = '\0';
+        sh_meta_sources_add(&a, &id);
+    }
+    n = sh_meta_sources_encode(&a, buf, sizeof(buf));
+    ck_assert_int_gt(n, 0);
+    ck_assert_int_le(n, SH_META_SOURCES_MAX_LEN);
+    ck_assert_uint_eq(a.n, 2);
+    ck_assert_int_eq(a.id[0].path[1], 'b');
+
+    /* rejects */
+    strcpy(a.id[0].path, "/x\ny");
+    ck_assert_int_eq(sh_meta_sources_encode(&a, buf, sizeof(buf)), -1);
+    ck_assert_int_eq(errno, EINVAL);
+#define DEC(s) sh_meta_sources_decode(s, strlen(s), &b)
+    ck_assert_int_eq(DEC("stagehand-sources 1\n"), 0);
+    ck_assert_uint_eq(b.n, 0);
+    ck_assert_int_eq(DEC("stagehand-sources 2\nsrc 1 1.000000000 1.000000000 /x\n"), -1);
+    ck_assert_int_eq(errno, EPROTONOSUPPORT);
+    ck_assert_int_eq(DEC("stagehand-meta 1\n"), -1);
+    ck_assert_int_eq(errno, EINVAL);
+    ck_assert_int_eq(DEC("stagehand-sources 1\nsrc 1 1.000000000 1.000000000 rel\n"), -1);
+    ck_assert_int_eq(DEC("stagehand-sources 1\nsrc 1 1.0 1.000000000 /x\n"), -1);
+    ck_assert_int_eq(DEC("stagehand-sources 1\nsrc 1 1.000000000 /x\n"), -1);
+    ck_assert_int_eq(DEC("stagehand-sources 1\nsrc 1 1.000000000 1.000000000 /x"), -1);
+    ck_assert_int_eq(DEC("stagehand-sources 1\nsrc x 1.000000000 1.000000000 /x\n"), -1);
+    ck_assert_uint_eq(b.n, 0);
+#undef DEC
+}
+END_TEST
+
 static char dir[64];
 static int dirfd_;
 
@@ -419,6 +506,68 @@ START_TEST(dst_current_decides)
 }
 END_TEST
 
+/* An entry (root's record) of one source, and a further one added: the
+ * current-copy check finds it current for either source as recorded, for no
+ * other, and an entry written before (no further sources) keeps its one. */
+START_TEST(entry_sources_decide)
+{
+    static struct sh_meta_sources more;
+    struct sh_dst_check c;
+    struct sh_meta rec;
+    struct sh_src_id src, out;
+    struct stat st;
+    int fd = openat(dirfd_, "img", O_RDWR | O_CREAT | O_TRUNC, 0444);
+
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, "hello", 5), 5);
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    if (st.st_uid != 0) {
+        close(fd);
+        return; /* entries are root's: only root's run checks this */
+    }
+    sample(&rec);
+    rec.src.size = 5;
+    rec.dst_size = 5;
+    rec.dst_mtime = sh_ts_from(&st.st_mtim);
+    if (sh_meta_store_fd(fd, &rec) != 0) {
+        close(fd);
+        return; /* no user xattrs here: entries need them */
+    }
+    ck_assert_int_eq(sh_meta_entry_source(fd, &rec, rec.src.path, &out), 1);
+    ck_assert_int_eq(sh_meta_entry_source(fd, &rec, "/other.sqsh", &out), 0);
+    memset(&more, 0, sizeof(more));
+    src = rec.src;
+    strcpy(src.path, "/other.sqsh");
+    src.mtime.sec += 100;
+    sh_meta_sources_add(&more, &src);
+    ck_assert_int_eq(sh_meta_sources_store(fd, &more), 0);
+    ck_assert_int_eq(sh_meta_entry_source(fd, &rec, "/other.sqsh", &out), 1);
+    ck_assert_int_eq(out.mtime.sec, src.mtime.sec);
+
+    memset(&c, 0, sizeof(c));
+    c.check = SH_CHECK_META;
+    c.src = &src;
+    c.uid = 0;
+    c.cache_entry = 1;
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    src.ctime.nsec++; /* the other source changed since */
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+    ck_assert_str_eq(c.why, "source changed since the destination was staged");
+    strcpy(src.path, "/third.sqsh");
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 0);
+    ck_assert_str_eq(c.why, "destination was staged from another source path");
+    src = rec.src; /* the record's own source */
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    more.n = 0; /* removed: as an entry written before */
+    ck_assert_int_eq(sh_meta_sources_store(fd, &more), 0);
+    ck_assert_int_eq(sh_meta_sources_store(fd, &more), 0);
+    ck_assert_int_eq(sh_meta_sources_load(fd, &more), 0);
+    ck_assert_uint_eq(more.n, 0);
+    ck_assert_int_eq(sh_meta_dst_current(dirfd_, "img", fd, &st, &c), 1);
+    close(fd);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("meta");
@@ -431,10 +580,12 @@ int main(void)
     tcase_add_test(tc, is_current_matrix);
     tcase_add_test(tc, check_names);
     tcase_add_test(tc, image_identity);
+    tcase_add_test(tc, sources_encode_decode);
     suite_add_tcase(s, tc);
     tcase_add_checked_fixture(tf, setup, teardown);
     tcase_add_test(tf, store_load_xattr_and_sidecar);
     tcase_add_test(tf, dst_current_decides);
+    tcase_add_test(tf, entry_sources_decide);
     suite_add_tcase(s, tf);
     return sh_check_run(s);
 }
