@@ -23,7 +23,7 @@
 # 0.5 tasks a second with the option, so 30-40 s tasks ended before 100 had
 # started). The overlap is still measured from the scripts' own start and
 # end times and asserted.
-# Default: 20 tasks, 20 s each, at least 12 at once, 1 round, with the option
+# Default: 20 tasks, 10 s each (after the wait), at least 12 at once, 1 round, with the option
 # only (the baseline without it is a measurement, --full), on the suite's
 # cluster (16 CPUs a node: --oversubscribe; about 90 s, the CI budget).
 # STAGEHAND_TEST_FULL=1 (tests/run.sh --full): 300 tasks of 40 s, at least
@@ -44,7 +44,7 @@ if [ "$full" = 1 ]; then
     hold_s=${BURST_HOLD:-600}
     arms=${BURST_ARMS:-base stage}
 else
-    jobs_n=${BURST_JOBS:-20} sleep_s=${BURST_SLEEP:-20} rounds=${BURST_ROUNDS:-1} want_overlap=${BURST_OVERLAP:-12}
+    jobs_n=${BURST_JOBS:-20} sleep_s=${BURST_SLEEP:-10} rounds=${BURST_ROUNDS:-1} want_overlap=${BURST_OVERLAP:-12}
     hold_s=${BURST_HOLD:-120}
     # the same array without the option is the start delays' baseline, a
     # measurement: --full (or BURST_ARMS="base stage") only, for the CI budget
