@@ -281,7 +281,7 @@ cluster_suite() { # stack
             if [ -n "$only" ] && [[ "$name" != *$only* ]]; then continue; fi
             tmo=${STAGEHAND_TEST_TIMEOUT:-300}
             [ "$full" = 1 ] && [ "$name" = test_scale_32 ] && tmo=${STAGEHAND_TEST_TIMEOUT:-1200}
-            [ "$full" = 1 ] && [ "$name" = test_scale_burst ] && tmo=${STAGEHAND_TEST_TIMEOUT:-1800}
+            [ "$full" = 1 ] && [ "$name" = test_scale_burst ] && tmo=${STAGEHAND_TEST_TIMEOUT:-2700}
             start=$(date +%s%N)
             out=$(timeout -k 10 "$tmo" bash "$t" 2>&1)
             rc=$?

@@ -495,12 +495,24 @@ int sh_pmix_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
         read_report(fds[0], out->node_status, r.nnodes * sizeof(int32_t), limit) != 0 ||
         read_report(fds[0], out->node_flags, r.nnodes * sizeof(uint32_t), limit) != 0 ||
         read_report(fds[0], state, r.state_len, limit) != 0) {
+        char how[64] = "stopped";
+        pid_t ended;
+
         err = errno;
-        sh_error("pmix", "the PMIx host process failed or did not report: %s",
-                 strerror(err));
-        kill(pid, SIGKILL);
+        /* how it ended, if it did by itself (one of 32 nodes' host
+         * processes once ended without a report and without a word) */
+        ended = waitpid(pid, &status, WNOHANG);
+        if (ended == pid && WIFEXITED(status))
+            snprintf(how, sizeof(how), "exited with status %d", WEXITSTATUS(status));
+        else if (ended == pid && WIFSIGNALED(status))
+            snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(status));
+        sh_error("pmix", "the PMIx host process failed or did not report: %s (%s)",
+                 strerror(err), how);
+        if (ended != pid) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+        }
         close(fds[0]);
-        waitpid(pid, &status, 0);
         snprintf(out->message, sizeof(out->message),
                  "the agent's PMIx host process failed (%s)", strerror(err));
         free(state);

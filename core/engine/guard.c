@@ -389,18 +389,6 @@ void sh_guard_gather(const void *send, int bytes, void *recv, MPI_Comm comm,
     sh_guard_wait(&req, phase, "MPI_Igather");
 }
 
-void sh_guard_allgather(const void *send, int bytes, void *recv, MPI_Comm comm,
-                        const char *phase)
-{
-    MPI_Request req;
-    int rc = MPI_Iallgather(send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE, comm,
-                            &req);
-
-    if (rc != MPI_SUCCESS)
-        sh_guard_mpi_fatal(phase, "MPI_Iallgather", rc);
-    sh_guard_wait(&req, phase, "MPI_Iallgather");
-}
-
 double sh_secs(uint64_t from, uint64_t to)
 {
     return (double)(to - from) / 1e9;

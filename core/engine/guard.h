@@ -95,12 +95,6 @@ void sh_guard_bcast(void *buf, int count, MPI_Datatype type, int root,
 void sh_guard_gather(const void *send, int bytes, void *recv, MPI_Comm comm,
                      const char *phase);
 
-/* MPI_Iallgather of @bytes bytes per rank to every rank + sh_guard_wait;
- * @recv holds comm-size * @bytes bytes (caller's). Aborts like
- * sh_guard_wait on error, deadline or stall. */
-void sh_guard_allgather(const void *send, int bytes, void *recv, MPI_Comm comm,
-                        const char *phase);
-
 /* Seconds between two sh_now_ns() stamps. */
 double sh_secs(uint64_t from, uint64_t to);
 

@@ -100,30 +100,41 @@ static int host_rec_cmp(const void *a, const void *b)
     return strncmp(a, b, HOST_REC);
 }
 
-/* Is every rank on a host of its own? One allgather of the full host names
- * (gethostname(2), HOST_REC bytes each), sorted so that equal names are
- * neighbours (O(N log N): 10,000 ranks sort in milliseconds). Every rank
- * takes part in the allgather whatever happens; a rank without a name sends
- * an empty record, and an empty record, like equal names, makes the answer
- * "no" on every rank alike. */
+/* Is every rank on a host of its own? Rank 0 gathers the full host names
+ * (gethostname(2), HOST_REC bytes each), sorts them so that equal names are
+ * neighbours (O(N log N): 10,000 ranks sort in milliseconds) and broadcasts
+ * the answer. Not an allgather: Open MPI's non-blocking allgather (libnbc)
+ * is linear, every rank sending to every other, so each rank opened a TCP
+ * connection to each of the N-1 others at start-up (N(N-1) connections; at
+ * 32 nodes on the test cluster that filled the host's shared neighbour
+ * table, doc/design.md §9), where the gather adds only the root's
+ * connections, which the pre-check's gather of votes makes anyway, and the
+ * broadcast a tree's. Every rank takes part whatever happens; a rank without
+ * a name sends an empty record, and an empty record, like equal names, makes
+ * the answer "no" on every rank alike. */
 static int one_rank_per_host(struct run *r)
 {
     char mine[HOST_REC + 1] = { 0 };
-    char *all;
+    char *all = NULL;
     int distinct = 1;
 
     if (gethostname(mine, sizeof(mine)) != 0 || mine[HOST_REC - 1] != '\0')
         memset(mine, 0, sizeof(mine));
-    all = calloc((size_t)r->wsize, HOST_REC);
-    if (all == NULL)
-        sh_guard_mpi_fatal("start-up", "memory for the host names", MPI_SUCCESS);
-    sh_guard_allgather(mine, HOST_REC, all, MPI_COMM_WORLD, "start-up");
-    qsort(all, (size_t)r->wsize, HOST_REC, host_rec_cmp);
-    distinct = all[0] != '\0';  /* sorted: an empty record comes first */
-    for (int i = 1; i < r->wsize && distinct; i++)
-        distinct = host_rec_cmp(all + (size_t)(i - 1) * HOST_REC,
-                                all + (size_t)i * HOST_REC) != 0;
-    free(all);
+    if (r->rank == 0) {
+        all = calloc((size_t)r->wsize, HOST_REC);
+        if (all == NULL)
+            sh_guard_mpi_fatal("start-up", "memory for the host names", MPI_SUCCESS);
+    }
+    sh_guard_gather(mine, HOST_REC, all, MPI_COMM_WORLD, "start-up");
+    if (r->rank == 0) {
+        qsort(all, (size_t)r->wsize, HOST_REC, host_rec_cmp);
+        distinct = all[0] != '\0';  /* sorted: an empty record comes first */
+        for (int i = 1; i < r->wsize && distinct; i++)
+            distinct = host_rec_cmp(all + (size_t)(i - 1) * HOST_REC,
+                                    all + (size_t)i * HOST_REC) != 0;
+        free(all);
+    }
+    sh_guard_bcast(&distinct, 1, MPI_INT, 0, MPI_COMM_WORLD, "start-up");
     return distinct;
 }
 

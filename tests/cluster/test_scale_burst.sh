@@ -16,13 +16,22 @@
 #      completes, exactly one copy per node (the agents' "copied" summary
 #      lines on each node), the others waited and found it current, DST
 #      byte-identical, no drain.
-# Default: 20 tasks, 20 s each, at least 12 at once, 1 round, with the option
+# Each task's script, after its check, waits until BURST_OVERLAP tasks of
+# its array have started (a file each in the shared directory; at most
+# BURST_HOLD seconds), then sleeps BURST_SLEEP seconds: the tasks overlap
+# however slowly the host starts them (a loaded 2-core host started about
+# 0.5 tasks a second with the option, so 30-40 s tasks ended before 100 had
+# started). The overlap is still measured from the scripts' own start and
+# end times and asserted.
+# Default: 20 tasks, 10 s each (after the wait), at least 12 at once, 1 round, with the option
 # only (the baseline without it is a measurement, --full), on the suite's
 # cluster (16 CPUs a node: --oversubscribe; about 90 s, the CI budget).
-# STAGEHAND_TEST_FULL=1 (tests/run.sh --full): 300 tasks of 40 s, at least 100 of them at once (one CPU each, at
-# most 128), on an instance of its own (2 nodes of 128 CPUs, MessageTimeout
-# 60 s, brought up and down here, like test_scale_32's); BURST_INNER=1 runs
-# the checks on the current instance.
+# STAGEHAND_TEST_FULL=1 (tests/run.sh --full): 300 tasks of 40 s, at least
+# 100 of them at once (one CPU each, at most 128), on an instance of its own
+# (2 nodes of 128 CPUs, MessageTimeout 60 s, join_timeout and timeout 900 s
+# so that every task's sentinel holds its control-plane port until the
+# task's epilog however long the task waits, brought up and down here, like
+# test_scale_32's); BURST_INNER=1 runs the checks on the current instance.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts run in the job's or the node's shell
 # shellcheck disable=SC2030,SC2031  # the own instance's environment is its subshell's only, on purpose
 source "$(dirname "$0")/lib.sh"
@@ -32,9 +41,11 @@ source "$(dirname "$0")/faultlib.sh"
 full=${STAGEHAND_TEST_FULL:-0}
 if [ "$full" = 1 ]; then
     jobs_n=${BURST_JOBS:-300} sleep_s=${BURST_SLEEP:-40} rounds=${BURST_ROUNDS:-1} want_overlap=${BURST_OVERLAP:-100}
+    hold_s=${BURST_HOLD:-600}
     arms=${BURST_ARMS:-base stage}
 else
-    jobs_n=${BURST_JOBS:-20} sleep_s=${BURST_SLEEP:-20} rounds=${BURST_ROUNDS:-1} want_overlap=${BURST_OVERLAP:-12}
+    jobs_n=${BURST_JOBS:-20} sleep_s=${BURST_SLEEP:-10} rounds=${BURST_ROUNDS:-1} want_overlap=${BURST_OVERLAP:-12}
+    hold_s=${BURST_HOLD:-120}
     # the same array without the option is the start delays' baseline, a
     # measurement: --full (or BURST_ARMS="base stage") only, for the CI budget
     arms=${BURST_ARMS:-stage}
@@ -51,6 +62,11 @@ if [ "$full" = 1 ] && [ -z "${BURST_INNER:-}" ]; then
         # than the default 20 s, which requeues the task (Slurm's own
         # doing, with or without stagehand)
         export MINICLUSTER_MESSAGE_TIMEOUT=60
+        # a sentinel ends at its job's epilog or at join_timeout (60 s by
+        # default), whichever comes first: tasks held up to BURST_HOLD
+        # seconds keep their ports only with a join_timeout beyond that
+        # (one above timeout= acts as timeout=: both)
+        export MINICLUSTER_PLUGIN_ARGS="timeout=900s join_timeout=900s${MINICLUSTER_PLUGIN_ARGS:+ $MINICLUSTER_PLUGIN_ARGS}"
         trap '"$MINICLUSTER" down >/dev/null 2>&1' EXIT
         "$MINICLUSTER" down >/dev/null 2>&1
         "$MINICLUSTER" up --nodes 2 --cpus 128 --stack "${MINICLUSTER_STACK:-bookworm}" >/dev/null || exit 1
@@ -101,15 +117,21 @@ ctl_ports() {
 run_array() {
     local name=$1 img=$2 opt=() t0 id end state peak=0 p out bad
     [ -n "$img" ] && opt=(--stage-image="$img:$dst")
-    rm -f "$dir/$name".*
-    # the job: its start, the image checked (cmp on node 0, ours: DST), sleep, its end
+    rm -rf "$dir/$name".*
+    # the job: its start, the image checked (cmp on node 0, ours: DST), its
+    # start file, the wait for want_overlap start files (shell builtins
+    # only but sleep: 100 tasks poll at once), sleep, its end
     t0=$(date +%s.%N)
+    { mkdir "$dir/$name.started" && chown "$MINICLUSTER_USER" "$dir/$name.started"; } ||
+        fail "$name: cannot create $dir/$name.started"
     id=$(as_user sbatch --parsable -J "$tag" -N2 -w "$n1,$n2" "${share[@]}" --array="0-$((jobs_n - 1))" \
              --open-mode=append -o "$dir/$name.%a.out" "${opt[@]}" \
-             --wrap "echo start \$(date +%s.%N); ${img:+cmp \"\$STAGEHAND_IMAGE\" $img || echo MISMATCH; }sleep $sleep_s; echo end \$(date +%s.%N); echo ran") ||
+             --wrap "echo start \$(date +%s.%N); ${img:+cmp \"\$STAGEHAND_IMAGE\" $img || echo MISMATCH; }: >$dir/$name.started/\$SLURM_ARRAY_TASK_ID
+w=0; while set -- $dir/$name.started/*; [ \$# -lt $((want_overlap < jobs_n ? want_overlap : jobs_n)) ] && [ \$w -lt $hold_s ]; do sleep 1; w=\$((w + 1)); done
+echo held \$w; sleep $sleep_s; echo end \$(date +%s.%N); echo ran") ||
         fail "$name: sbatch: $id"
     # the peak of control-plane listeners on n1 while the array runs
-    end=$((SECONDS + 600 + jobs_n * 2))
+    end=$((SECONDS + 600 + hold_s + jobs_n * 2))
     while [ "$SECONDS" -lt "$end" ]; do
         p=$(ctl_ports "$n1")
         [ "$p" -gt "$peak" ] && peak=$p
@@ -117,7 +139,7 @@ run_array() {
         sleep 0.5
     done
     arr_secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-    [ -z "$(squeue -h -j "$id" -o %i 2>/dev/null)" ] || fail "$name: array $id still queued after $((SECONDS - end + 600 + jobs_n * 2)) s: $(one_line "$(squeue -h -j "$id" -o '%i %T %r' | head -3)")"
+    [ -z "$(squeue -h -j "$id" -o %i 2>/dev/null)" ] || fail "$name: array $id still queued after $((SECONDS - end + 600 + hold_s + jobs_n * 2)) s: $(one_line "$(squeue -h -j "$id" -o '%i %T %r' | head -3)")"
     # each task's last start and end (a requeued task ran again), in one
     # pass over the outputs: a task without "ran", or whose image differed
     # (MISMATCH), is listed
@@ -129,25 +151,26 @@ run_array() {
     awk -v t0="$t0" -v n="$jobs_n" -v pre="$dir/$name." '
         FILENAME != last { last = FILENAME; i = FILENAME; sub("^" pre, "", i); sub(/\.out$/, "", i) }
         $1 == "start" { s[i] = $2 } $1 == "end" { e[i] = $2 } $0 == "ran" { ran[i] = 1 }
-        /MISMATCH/ { mis[i] = 1 } /DUE TO JOB REQUEUE/ { rq++ }
+        /MISMATCH/ { mis[i] = 1 } /DUE TO JOB REQUEUE/ { rq++ } $1 == "held" && $2 + 0 > held { held = $2 + 0 }
         END {
             for (j = 0; j < n; j++) {
                 if (!(j in ran) || (j in mis)) printf "bad %d\n", j
                 else { printf "delay %.3f\n", s[j] - t0; printf "ev %s 1\nev %s -1\n", s[j], e[j] }
             }
-            printf "requeued %d\n", rq + 0
+            printf "requeued %d\nheld %d\n", rq + 0, held + 0
         }' "$dir/$name".*.out >"$dir/$name.sum"
     bad=$(awk '$1 == "bad" { printf " %s", $2 }' "$dir/$name.sum")
     first=${bad# } first=${first%% *}
     [ -z "$bad" ] || fail "$name: task(s) did not complete with their image:$bad (task $first: $(tr '\n' ' ' <"$dir/$name.$first.out" | cut -c1-300))"
     arr_requeued=$(awk '$1 == "requeued" { print $2 }' "$dir/$name.sum")
+    arr_held=$(awk '$1 == "held" { print $2 }' "$dir/$name.sum")
     arr_delays=$(awk '$1 == "delay" { print $2 }' "$dir/$name.sum")
     # most task scripts running at once, from their last start and end
     arr_overlap=$(awk '$1 == "ev" { print $2, $3 }' "$dir/$name.sum" | sort -n -k1,1 -k2,2n |
         awk '{ c += $2; if (c > m) m = c } END { print m + 0 }')
     arr_ports=$peak
     state=$(one_line "$(scontrol -o show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | sort | uniq -c)")
-    echo "$name: $jobs_n tasks in $arr_secs s, at most $arr_overlap running at once, peak $arr_ports control-plane listeners on $n1, $arr_requeued requeued by Slurm ($state)"
+    echo "$name: $jobs_n tasks in $arr_secs s, at most $arr_overlap running at once, peak $arr_ports control-plane listeners on $n1, $arr_requeued requeued by Slurm ($state); the longest wait for $want_overlap started tasks $arr_held s"
 }
 
 # median and p95 of the numbers on stdin

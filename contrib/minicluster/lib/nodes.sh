@@ -5,6 +5,24 @@
 # STACK, ...) and helpers (die, log, ns_run, ...) these functions use.
 
 # --------------------------------------------------------------- network ---
+# The host kernel keeps one neighbour (ARP) table for all network namespaces:
+# its limits (gc_thresh1-3, defaults 128/512/1024) exist only in the initial
+# namespace and count every node's entries, of every instance on the host.
+# A real node has the 1024 to itself; here an MPI job that connects all 32
+# nodes to each other alone needs 32 x 31 entries, and past the limit the
+# kernel drops the packets of a new neighbour ("neighbor table overflow!"),
+# so a TCP connect fails (Open MPI 5 then declares the peer failed,
+# doc/design.md §9). Raised, never lowered, to room for about 32 nodes of
+# 1024 entries each.
+raise_neigh_limits() {
+    local f want cur
+    for f in gc_thresh1:4096 gc_thresh2:16384 gc_thresh3:32768; do
+        want=${f#*:} f=/proc/sys/net/ipv4/neigh/default/${f%%:*}
+        cur=$(cat "$f" 2>/dev/null) || continue
+        [ "$cur" -ge "$want" ] || echo "$want" >"$f" || log "cannot raise $f to $want (is $cur)"
+    done
+}
+
 make_netns() { # host
     local host=$1 ip
     ip=$(node_ip "$host")
