@@ -477,6 +477,7 @@ again:
             .envp = cmd.envp,
             .deadline_ns = a->deadline,
             .kill_grace_ns = 0,
+            .logpath = logpath,
             .close_fd = a->listener, /* the host process serves no tree */
         };
 

@@ -143,6 +143,38 @@ void host_kill_engine(struct engine *e, int64_t grace_ns)
     }
 }
 
+/* The engine writes "stall limit (--stall-timeout) passed: no progress for
+ * N s [at segment K of M ...]" or "deadline (--timeout) reached" in its
+ * first error line (core/engine/guard.c); later lines are consequences. */
+void host_timeout_cause(const char *path, struct engine *e)
+{
+    static const char stall[] = "stall limit (--stall-timeout) passed";
+    static const char progress[] = "no progress for ";
+    static const char segment[] = " at segment ";
+    char line[512];
+    FILE *f = fopen(path, "re");
+
+    if (f == NULL)
+        return;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        const char *p;
+
+        if (strstr(line, " error: ") == NULL)
+            continue;
+        if (strstr(line, stall) != NULL) {
+            e->why |= DONE_STALLED;
+            if ((p = strstr(line, progress)) != NULL)
+                e->stall_s = (uint32_t)strtoul(p + sizeof(progress) - 1, NULL, 10);
+            if ((p = strstr(line, segment)) != NULL)
+                e->stall_seg = strtoull(p + sizeof(segment) - 1, NULL, 10);
+        } else if (strstr(line, "(--timeout)") != NULL) {
+            e->why |= DONE_TIMED_OUT;
+        }
+        break;
+    }
+    fclose(f);
+}
+
 /* Exit statuses travel as 32-bit big-endian two's complement. */
 void host_put_status(unsigned char p[4], int32_t status)
 {
@@ -186,6 +218,75 @@ char *host_concat(const struct sh_ctl_result *res, size_t *len)
     return buf;
 }
 
+/* The segment a DONE entry @e says its engine stalled at, or
+ * DONE_NO_SEGMENT. */
+static uint64_t done_segment(const struct sh_ctl_entry *e)
+{
+    if (e->state != SH_CTL_OK || e->tag != TAG_DONE || e->len != DONE_LEN ||
+        !((uint32_t)host_get_status(e->data + 4) & DONE_STALLED))
+        return DONE_NO_SEGMENT;
+    return (uint64_t)(uint32_t)host_get_status(e->data + 16) << 32 |
+           (uint32_t)host_get_status(e->data + 20);
+}
+
+/* Did node @e fail on its own (not answer, or its engine did not exit with
+ * 0 and was not stopped by its agent after a failure elsewhere)? */
+static bool done_failed(const struct sh_ctl_entry *e)
+{
+    if (e->state != SH_CTL_OK || e->tag != TAG_DONE || e->len != DONE_LEN)
+        return true;
+    return host_get_status(e->data) != 0 &&
+           !((uint32_t)host_get_status(e->data + 4) & DONE_STOPPED);
+}
+
+/* Lead @msg with the stall, when engines saw one at a segment (they saw the
+ * copy stop): "no progress for N s (stall_timeout) at segment K on n1, n2:
+ * the copy stalled at n3", naming the failed nodes that did not see it
+ * themselves (the one that stopped moving: frozen, gone, stuck). K is the
+ * lowest segment seen; N the limit. Returns the length used. */
+static size_t describe_stall(const struct sh_pmix_cfg *cfg, const struct sh_ctl_result *res,
+                             char *msg, size_t len)
+{
+    uint64_t seg = DONE_NO_SEGMENT;
+    uint32_t secs = 0;
+    size_t used;
+    int n, first = 1;
+
+    for (uint32_t i = 0; i < res->nnodes; i++) {
+        uint64_t s = done_segment(&res->entry[i]);
+
+        if (s == DONE_NO_SEGMENT)
+            continue;
+        secs = (uint32_t)host_get_status(res->entry[i].data + 12);
+        if (s < seg)
+            seg = s;
+    }
+    if (seg == DONE_NO_SEGMENT)
+        return 0;
+    n = snprintf(msg, len, "no progress for %u s (stall_timeout) at segment %llu on", secs,
+                 (unsigned long long)seg);
+    used = n > 0 && (size_t)n < len ? (size_t)n : 0;
+    for (uint32_t i = 0; i < res->nnodes && used + 1 < len; i++) {
+        if (done_segment(&res->entry[i]) == DONE_NO_SEGMENT)
+            continue;
+        n = snprintf(msg + used, len - used, "%s %s", first ? "" : ",", sh_ctl_name(cfg->ctl, i));
+        used = n > 0 && used + (size_t)n < len ? used + (size_t)n : len - 1;
+        first = 0;
+    }
+    n = snprintf(msg + used, len - used, ": the copy stalled");
+    used = n > 0 && used + (size_t)n < len ? used + (size_t)n : len - 1;
+    first = 1;
+    for (uint32_t i = 0; i < res->nnodes && used + 1 < len; i++) {
+        if (done_segment(&res->entry[i]) != DONE_NO_SEGMENT || !done_failed(&res->entry[i]))
+            continue;
+        n = snprintf(msg + used, len - used, "%s %s", first ? " at" : ",",
+                     sh_ctl_name(cfg->ctl, i));
+        used = n > 0 && used + (size_t)n < len ? used + (size_t)n : len - 1;
+        first = 0;
+    }
+    return used;
+}
+
 /* Append one node's problem to @msg; @pass 0 lists causes (missing nodes,
  * engines that failed on their own), pass 1 the engines we stopped after a
  * failure elsewhere (killed by SIGTERM/SIGKILL), so a message leads with the
@@ -220,6 +321,13 @@ static size_t describe_node(const struct sh_pmix_cfg *cfg, const struct sh_ctl_e
         else if (flags & DONE_DEADLINE)
             n = snprintf(msg + used, len - used, "%s%s: engine stopped at the deadline",
                          sep, name);
+        else if (flags & DONE_STALLED)
+            n = snprintf(msg + used, len - used, "%s%s: no progress for %u s "
+                         "(stall_timeout)", sep, name,
+                         (uint32_t)host_get_status(e->data + 12));
+        else if (flags & DONE_TIMED_OUT)
+            n = snprintf(msg + used, len - used, "%s%s: the deadline (timeout) passed "
+                         "while the engine ran", sep, name);
         else if (st == -1)
             n = snprintf(msg + used, len - used, "%s%s: engine did not start", sep, name);
         else if (WIFSIGNALED(st))
@@ -244,8 +352,13 @@ void host_describe(const struct sh_pmix_cfg *cfg, const struct sh_ctl_result *re
     size_t used = 0;
 
     msg[0] = '\0';
+    /* the stall first; then what else each node says (the nodes that saw
+     * the stall at a segment are in that lead already) */
+    used = describe_stall(cfg, res, msg, len);
     for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t i = 0; i < res->nnodes && used + 1 < len; i++)
-            used = describe_node(cfg, &res->entry[i], i, pass, msg, len, used);
+        for (uint32_t i = 0; i < res->nnodes && used + 1 < len; i++) {
+            if (done_segment(&res->entry[i]) == DONE_NO_SEGMENT)
+                used = describe_node(cfg, &res->entry[i], i, pass, msg, len, used);
+        }
     }
 }

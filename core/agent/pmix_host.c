@@ -191,9 +191,15 @@ static int engine_round(struct phase *ph)
     if (req == NULL) {
         drop_requests();
         out->local_status = ph->e.reaped ? ph->e.status : -1;
+        if (out->local_status >= 0 && WIFEXITED(out->local_status) &&
+            WEXITSTATUS(out->local_status) == SH_EXIT_TIMEOUT && cfg->logpath != NULL)
+            host_timeout_cause(cfg->logpath, &ph->e);
         host_put_status(status_wire, out->local_status);
         host_put_status(status_wire + 4, (int32_t)ph->e.why);
         host_put_status(status_wire + 8, ph->e.abort_status);
+        host_put_status(status_wire + 12, (int32_t)ph->e.stall_s);
+        host_put_status(status_wire + 16, (int32_t)(uint32_t)(ph->e.stall_seg >> 32));
+        host_put_status(status_wire + 20, (int32_t)(uint32_t)ph->e.stall_seg);
         tag = TAG_DONE;
         blob = status_wire;
         blen = sizeof(status_wire);
@@ -234,7 +240,8 @@ static int engine_round(struct phase *ph)
             res.entry[i].len == DONE_LEN) {
             out->node_status[i] = host_get_status(res.entry[i].data);
             out->node_flags[i] = (uint32_t)host_get_status(res.entry[i].data + 4) &
-                                 (DONE_ABORTED | DONE_DEADLINE | DONE_STOPPED);
+                                 (DONE_ABORTED | DONE_DEADLINE | DONE_STOPPED |
+                                  DONE_STALLED | DONE_TIMED_OUT);
         } else if (res.entry[i].state != SH_CTL_OK) {
             out->node_flags[i] = res.entry[i].state == SH_CTL_MISSING ? SH_PMIX_NODE_MISSING
                                  : res.entry[i].state == SH_CTL_CLOSED ? SH_PMIX_NODE_CLOSED
@@ -262,7 +269,7 @@ static int host_run(const struct sh_pmix_cfg *cfg, struct sh_pmix_outcome *out)
 {
     struct phase ph = {
         .cfg = cfg, .out = out,
-        .e = { .pid = -1, .pidfd = -1, .status = -1 },
+        .e = { .pid = -1, .pidfd = -1, .status = -1, .stall_seg = DONE_NO_SEGMENT },
         .w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 },
         .grace = cfg->kill_grace_ns > 0 ? cfg->kill_grace_ns : 2 * SH_NS_PER_S,
     };

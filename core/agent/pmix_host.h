@@ -55,6 +55,9 @@ struct sh_pmix_cfg {
                                     MPI 5 aborts in MPI_Init without HOME) */
     int64_t deadline_ns;         /* overall deadline (CLOCK_MONOTONIC) */
     int64_t kill_grace_ns;       /* SIGTERM to SIGKILL; 0: 2 s */
+    const char *logpath;         /* the engine's log (its stderr): read after it
+                                    exits with SH_EXIT_TIMEOUT, to tell the stall
+                                    limit from the deadline; NULL: not read */
     int close_fd;                /* a descriptor of the caller's that the host
                                     process closes first (the agent's control
                                     listener); ignored unless > 2 */
@@ -70,6 +73,8 @@ struct sh_pmix_cfg {
 #define SH_PMIX_NODE_ABORTED     1u      /* the engine called PMIx_Abort */
 #define SH_PMIX_NODE_DEADLINE    2u      /* stopped at the deadline */
 #define SH_PMIX_NODE_STOPPED     4u      /* stopped because the run failed elsewhere */
+#define SH_PMIX_NODE_STALLED     8u      /* the engine ended for the stall limit */
+#define SH_PMIX_NODE_TIMED_OUT   0x10u   /* the engine ended at its deadline */
 #define SH_PMIX_NODE_MISSING     0x100u  /* its agent did not answer */
 #define SH_PMIX_NODE_UNREACHABLE 0x200u  /* its agent could not be reached */
 #define SH_PMIX_NODE_CLOSED      0x400u  /* its agent closed the control connection */

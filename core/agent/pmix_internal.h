@@ -23,11 +23,16 @@
 /* Tags of the engine-phase contributions (sh_ctl_entry.tag). */
 #define TAG_FENCE  1u
 #define TAG_DONE   2u
-/* DONE blob: waitpid status, flags, PMIx_Abort status (each be32). */
-#define DONE_LEN      12u
+/* DONE blob: waitpid status, flags, PMIx_Abort status, stall limit in s,
+ * segment where the stall was seen (high, low 32 bits; all ones: none)
+ * (each be32). */
+#define DONE_LEN      24u
 #define DONE_ABORTED  SH_PMIX_NODE_ABORTED  /* the engine called PMIx_Abort (status = its code) */
 #define DONE_DEADLINE SH_PMIX_NODE_DEADLINE /* the engine was stopped at the deadline */
 #define DONE_STOPPED  SH_PMIX_NODE_STOPPED  /* stopped because the run failed elsewhere */
+#define DONE_STALLED  SH_PMIX_NODE_STALLED  /* its log: the stall limit ended it */
+#define DONE_TIMED_OUT SH_PMIX_NODE_TIMED_OUT /* its log: its deadline ended it */
+#define DONE_NO_SEGMENT UINT64_MAX
 
 /* A request handed from the PMIx progress thread to the main thread. */
 struct request {
@@ -67,7 +72,15 @@ struct engine {
     int64_t term_at;                 /* SIGTERM sent at (0: not yet) */
     uint32_t why;                    /* DONE_* flags: why we stopped it */
     int abort_status;
+    uint32_t stall_s;                /* DONE_STALLED: the limit, s (0: unknown) */
+    uint64_t stall_seg;              /* ... the segment (DONE_NO_SEGMENT: none) */
 };
+
+/* After our engine exited with SH_EXIT_TIMEOUT: which limit ended it, from
+ * the first error line of its log @path (DONE_STALLED, with the limit and
+ * segment that line names, or DONE_TIMED_OUT) into @e->why; nothing when the
+ * log cannot be read or says neither. */
+void host_timeout_cause(const char *path, struct engine *e);
 
 /* The oldest request of sh_pmix_queue, or NULL; the caller owns it. */
 struct request *host_pop_request(void);

@@ -331,6 +331,13 @@ int host_register_nspace(const struct sh_pmix_cfg *cfg, uint32_t n, uint32_t me)
     ADD(list, PMIX_LOCAL_PEERS, peers, PMIX_STRING);
     ADD(list, PMIX_LOCALLDR, &me, PMIX_PROC_RANK);
     ADD(list, PMIX_TMPDIR, cfg->tmpdir, PMIX_STRING);
+    /* PMIx 5's gds/shmem2 puts its segment files (jobdata, session) in the
+     * namespace's PMIX_NSDIR and, without one, in $TMPDIR or /tmp: never
+     * PMIX_TMPDIR, whose look-up it skips once PMIX_NSDIR is not found. In
+     * /tmp they outlive an agent stopped before PMIx_server_finalize
+     * (scancel, the deadline), so they go into the job's private runtime
+     * directory, which the epilog removes. */
+    ADD(list, PMIX_NSDIR, cfg->tmpdir, PMIX_STRING);
     for (uint32_t r = 0; r < n; r++) {
         void *proc = PMIx_Info_list_start();
         pmix_data_array_t pd = { 0 };

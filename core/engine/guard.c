@@ -220,14 +220,26 @@ void sh_guard_install_signals(void)
  * sh_guard_deadline_abort(). */
 static char alarm_msg[256];
 static size_t alarm_len;
+/* The line when the alarm fires before the deadline backstop: then only the
+ * stall limit (sh_guard_touch) can have set it; 0 during start-up. */
+static char alarm_stall_msg[256];
+static size_t alarm_stall_len;
+static int watchdog_rank = -1;
 
 static void on_alarm(int sig)
 {
+    const char *msg = alarm_msg;
+    size_t len = alarm_len;
+
     (void)sig;
     if (sh_guard_done)
         _exit(sh_guard_exit_code);     /* stuck in MPI_Finalize: result known */
     guard_cleanup();
-    if (write(STDERR_FILENO, alarm_msg, alarm_len) < 0) {
+    if (alarm_stall_len > 0 && (uint64_t)sh_now_ns() < sh_guard_deadline_ns) {
+        msg = alarm_stall_msg;
+        len = alarm_stall_len;
+    }
+    if (write(STDERR_FILENO, msg, len) < 0) {
         /* nothing left to report to */
     }
     _exit(SH_EXIT_TIMEOUT);
@@ -246,6 +258,16 @@ void sh_guard_touch(void)
     if (sh_guard_stall_ns == 0 || now - last < 1000000000ULL)
         return;
     last = now;
+    if (alarm_stall_len == 0) {
+        int n = snprintf(alarm_stall_msg, sizeof(alarm_stall_msg), "stagehand-bcast "
+                         "job=%s node=%s rank=%d [timeout] error: stall limit "
+                         "(--stall-timeout) passed: no progress for %llu s while the "
+                         "engine was stuck in MPI; temp file removed, exiting\n",
+                         sh_guard_jobid, sh_guard_host, watchdog_rank,
+                         (unsigned long long)(sh_guard_stall_ns / 1000000000ULL));
+
+        alarm_stall_len = n > 0 && (size_t)n < sizeof(alarm_stall_msg) ? (size_t)n : 0;
+    }
     dl = sh_guard_deadline_ns + WATCHDOG_GRACE_NS;
     next = now + sh_guard_stall_ns + 2000000000ULL;
     if (next > dl)
@@ -262,11 +284,12 @@ void sh_guard_start_watchdog(int rank)
     int n;
 
     n = snprintf(alarm_msg, sizeof(alarm_msg), "stagehand-bcast job=%s "
-                 "node=%s rank=%d [timeout] error: the deadline (--timeout) or "
-                 "the stall limit (--stall-timeout) passed while the engine was "
-                 "stuck in MPI; temp file removed, exiting\n",
+                 "node=%s rank=%d [timeout] error: deadline (--timeout) reached "
+                 "while the engine was stuck in MPI; temp file removed, exiting\n",
                  sh_guard_jobid, sh_guard_host, rank);
     alarm_len = n > 0 && (size_t)n < sizeof(alarm_msg) ? (size_t)n : 0;
+    alarm_stall_len = 0;        /* written by sh_guard_touch, which moves the alarm */
+    watchdog_rank = rank;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_alarm;
     sigemptyset(&sa.sa_mask);
@@ -289,6 +312,7 @@ void sh_guard_limit_startup(uint64_t limit_ns)
                  "another rank died or never started; exiting\n", sh_guard_jobid,
                  sh_guard_host, (unsigned long long)((limit_ns + 2000000000ULL) / 1000000000ULL));
     alarm_len = n > 0 && (size_t)n < sizeof(alarm_msg) ? (size_t)n : 0;
+    alarm_stall_len = 0;
     alarm((unsigned)((next - now + 999999999ULL) / 1000000000ULL));
 }
 
@@ -314,6 +338,14 @@ void sh_guard_deadline_abort(const char *phase, const char *detail)
     sh_error(phase, "deadline (--timeout) reached%s%s; no file left under the "
              "destination's name, exiting", detail != NULL ? ": " : "",
              detail != NULL ? detail : "");
+    leave(SH_EXIT_TIMEOUT);
+}
+
+void sh_guard_stall_abort(const char *phase, const char *detail)
+{
+    guard_cleanup();
+    sh_error(phase, "stall limit (--stall-timeout) passed: %s; no file left under "
+             "the destination's name, exiting", detail);
     leave(SH_EXIT_TIMEOUT);
 }
 
@@ -353,10 +385,10 @@ void sh_guard_wait(MPI_Request *req, const char *phase, const char *what)
         if (sh_guard_stall_ns > 0 && (uint64_t)sh_now_ns() - start >= sh_guard_stall_ns) {
             char detail[160];
 
-            snprintf(detail, sizeof(detail), "%s made no progress for %llu s "
-                     "(--stall-timeout): a peer rank is gone or stalled", what,
-                     (unsigned long long)(sh_guard_stall_ns / 1000000000ULL));
-            sh_guard_deadline_abort(phase, detail);
+            snprintf(detail, sizeof(detail), "no progress for %llu s in %s: a peer "
+                     "rank is gone or stalled",
+                     (unsigned long long)(sh_guard_stall_ns / 1000000000ULL), what);
+            sh_guard_stall_abort(phase, detail);
         }
         if (++idle > 200) {
             struct timespec ts = { 0, 200000 };

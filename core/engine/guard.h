@@ -81,6 +81,13 @@ void sh_guard_limit_startup(uint64_t limit_ns);
  * Slurm it SIGKILLs the other ranks before they can clean up). */
 void sh_guard_deadline_abort(const char *phase, const char *detail)
     __attribute__((noreturn));
+/* The same for the stall limit (--stall-timeout): the error line says
+ * "stall limit (--stall-timeout) passed: @detail", where @detail starts with
+ * "no progress for N s" (the agent reads N and "at segment K" from it).
+ * Also SH_EXIT_TIMEOUT: the exit status keeps its meaning, the line tells
+ * the limits apart. */
+void sh_guard_stall_abort(const char *phase, const char *detail)
+    __attribute__((noreturn));
 /* Unlink the temp file, log "@what failed: <MPI error of @rc>", leave with
  * SH_EXIT_INTERNAL. @rc may be MPI_SUCCESS for non-MPI failures. */
 void sh_guard_mpi_fatal(const char *phase, const char *what, int rc)

@@ -369,6 +369,8 @@ static void phase_transfer(struct run *r, MPI_Comm part)
     cfg.stall_ns = r->o.stall_ns;
     cfg.progress = r->o.progress;
     if (sh_xfer_run(&cfg, &xr) != 0) {
+        if (xr.stalled)
+            sh_guard_stall_abort("transfer", xr.msg);
         if (xr.timed_out)
             sh_guard_deadline_abort("transfer", xr.msg);
         sh_guard_mpi_fatal("transfer", xr.msg, MPI_SUCCESS);

@@ -152,6 +152,7 @@ static int deadline_hit(const struct sh_xfer_cfg *cfg, struct sh_xfer_result *re
                  (unsigned long long)(cfg->stall_ns / 1000000000ULL),
                  (unsigned long long)k, (unsigned long long)nseg, up, down);
         res->timed_out = 1;
+        res->stalled = 1;
         return 1;
     }
     if (now < cfg->deadline_ns)

@@ -42,6 +42,7 @@ struct sh_xfer_result {
     int write_err;              /* errno of the first local write failure */
     int mpi_failed;             /* MPI error (message in msg) */
     int timed_out;              /* deadline reached (message in msg) */
+    int stalled;                /* ... by the stall limit, not the deadline */
     char msg[256];
     uint8_t digest[SH_HASH_MAX_LEN];    /* digest of the stream, if complete */
     int digest_len;

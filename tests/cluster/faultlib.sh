@@ -242,15 +242,28 @@ fault_test_cleanup() {
     for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf "/nvme/$tok"; done
 }
 
+# PMIx files of job @1 (its namespaces are "stagehand.<job>.<random>")
+# left in any node's /tmp, one "node:name" per line: PMIx 5's gds/shmem2
+# segments ("pmix-gds-shmem2.<node>-stagehand.<job>.*") belong in the job's
+# runtime directory, never in /tmp.
+pmix_files_left() {
+    local n
+    for n in $MINICLUSTER_NODES; do
+        on_node "$n" sh -c "ls -a /tmp 2>/dev/null | grep -E '^pmix.*stagehand\\.$1\\.' | sed 's|^|$n:|'" || true
+    done
+}
+
 # After job @1's staging of $dst (token $tok) was stopped (@3: how, for the
 # messages): within 30 s no engine of it runs, no temp file is left and its
-# runtime state is gone; each node's DST is absent or whole (md5 @2); no
-# node is drained.
+# runtime state is gone; no PMIx file of it is in a node's /tmp; each node's
+# DST is absent or whole (md5 @2); no node is drained.
 assert_stopped_staging_clean() {
     local id=$1 want=$2 what=$3 left n got
     left=$(procs_left engine_pids "$tok" 30)
     [ -z "$left" ] || fail "engines still run 30 s after $what: $left"
     assert_runtime_gone "$id" 30
+    left=$(pmix_files_left "$id")
+    [ -z "$left" ] || fail "PMIx files of job $id left in /tmp after $what: $left"
     for n in $MINICLUSTER_NODES; do
         got=$(node_md5 "$n" "$dst")
         [ -z "$got" ] || [ "$got" = "$want" ] || fail "$n: a partial DST is visible after $what"
