@@ -13,7 +13,11 @@
 # cannot read) likewise. scancel while the importer runs (its mksquashfs held after writing a
 # partial image): no importer, skopeo, umoci or mksquashfs of the job is
 # left, no import directory or partial file, no drain, and the same image
-# then stages again.
+# then stages again, and that staging sweeps the markers the cancelled one
+# left. The importer gets its import directory as XDG_DATA_HOME (skopeo's
+# blob-info cache there, not in the home); one out of room names the sizes
+# though a stack trace follows the error. Under cache= a registry image
+# without DST is staged and each node's entry records the pinned reference.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's shell
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -50,6 +54,11 @@ cat >"$work/importer.sh" <<EOF
 echo "\$1" >>"$work/runs"
 case "\$(cat "$work/mode")" in
     fail) echo "importer-broke on purpose" >&2; exit 3 ;;
+    nospace)
+        # umoci's way: the error, then a Go stack trace longer than the kept tail
+        echo "write \$2: no space left on device" >&2
+        for i in \$(seq 1 60); do echo "main.main()	/build/umoci/cmd/umoci/main.go:172 +0x2c frame \$i" >&2; done
+        exit 1 ;;
     sleep) sleep 300 ;;
     hold) PATH=$work/bin:\$PATH; export PATH ;;
     real)
@@ -203,9 +212,16 @@ echo fail >"$work/mode"
 fail_case "importer fails" "$reg/$repo:v1" /nvme/t-reg/f.sqsh "the importer failed (exit 3): importer-broke on purpose"
 [ "$(wc -l <"$work/runs")" -eq 3 ] || fail "importer runs: $(cat "$work/runs")"
 
+# the no-room message with the sizes (stagehand(8)), though a stack trace
+# followed the error in the importer's output
+echo nospace >"$work/mode"
+fail_case "importer out of room" "$reg/$repo:v1" /nvme/t-reg/ns.sqsh "the image does not fit the first node"
+grep -qF "(the importer failed: no space left on device)" "$out" || fail "out of room: the reason is missing: $(cat "$out")"
+grep -qE "/nvme/t-reg's filesystem has [0-9.]+ [KMGT]iB free of [0-9.]+ [KMGT]iB" "$out" || fail "out of room: the sizes are missing: $(cat "$out")"
+
 echo sleep >"$work/mode"
 fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did not finish within the staging deadline"
-[ "$(wc -l <"$work/runs")" -eq 4 ] || fail "importer runs: $(cat "$work/runs")"
+[ "$(wc -l <"$work/runs")" -eq 5 ] || fail "importer runs: $(cat "$work/runs")"
 for n in $MINICLUSTER_NODES; do
     [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
 done
