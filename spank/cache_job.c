@@ -105,22 +105,11 @@ static bool has_cache_image(const char *cache, const struct sh_spec_set *set)
     return false;
 }
 
-/* Is job @jobid still on this node? Its staging lock, status file or
- * runtime directory under SH_RUNTIME_DIR (a per-boot tmpfs) says so until
- * its epilog; after a reboot or an epilog that removed them none is left. */
+/* Is job @jobid still on this node (sh_job_on_node)? */
 static bool job_here(uint64_t jobid, void *arg)
 {
-    static const char *const suffix[] = { ".lock", ".status", "" };
-    char path[128];
-    struct stat sb;
-
     (void)arg;
-    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
-        snprintf(path, sizeof(path), "%s/%" PRIu64 "%s", SH_RUNTIME_DIR, jobid, suffix[i]);
-        if (lstat(path, &sb) == 0)
-            return true;
-    }
-    return false;
+    return sh_job_on_node(SH_RUNTIME_DIR, jobid, -1);
 }
 
 static void log_evicted(const char *key, uint64_t size, void *arg)

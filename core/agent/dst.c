@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "stagehand/log.h"
 #include "stagehand/meta.h"
 #include "stagehand/publish.h"
+#include "stagehand/status.h"
 
 /* Open DST's directory; its last component into @name. Returns the fd or -1. */
 static int open_dst_dir(const char *dst, char *name, size_t namelen)
@@ -49,6 +51,43 @@ static void marker_name(const struct agent *a, size_t img, const char *node,
              a->in.jobid, a->in.stepid, img, node);
 }
 
+/* Remove this node's markers in directory @dfd that jobs no longer on this
+ * node left: an agent stopped while its marker stood (scancel during a
+ * registry import: every node waits for the plan then) or killed. Only
+ * this node's names (another node's may be a live job's on a shared
+ * directory), only what the user may remove. */
+static void marker_sweep(const struct agent *a, int dfd)
+{
+    static const char prefix[] = ".stagehand-marker.";
+    struct dirent *de;
+    DIR *d;
+    int fd = dup(dfd);
+
+    if (fd < 0 || (d = fdopendir(fd)) == NULL) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((de = readdir(d)) != NULL) {
+        uint64_t jobid, stepid;
+        size_t img;
+        int end = 0;
+
+        if (strncmp(de->d_name, prefix, sizeof(prefix) - 1) != 0 ||
+            sscanf(de->d_name + sizeof(prefix) - 1, "%" SCNu64 ".%" SCNu64 ".%zu.%n", &jobid,
+                   &stepid, &img, &end) != 3 ||
+            end == 0 || strcmp(de->d_name + sizeof(prefix) - 1 + end, a->in.nodename) != 0 ||
+            (jobid == a->in.jobid && stepid == a->in.stepid) ||
+            sh_job_on_node(SH_RUNTIME_DIR, jobid,
+                           stepid == STEP_JOB || stepid > LONG_MAX ? -1 : (long)stepid))
+            continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+            sh_debug("stage", "removed %s, left by job %" PRIu64 " (no longer on this node)",
+                     de->d_name, jobid);
+    }
+    closedir(d);
+}
+
 int marker_create(const struct agent *a, size_t img, const char *dir)
 {
     char name[NAME_MAX + 1];
@@ -58,6 +97,7 @@ int marker_create(const struct agent *a, size_t img, const char *dir)
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -1;
+    marker_sweep(a, dfd);
     fd = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     close(dfd);
     if (fd < 0)

@@ -155,16 +155,41 @@ static int64_t child_deadline(int64_t deadline)
     return deadline - (margin > 0 ? margin : 0);
 }
 
+/* Does the stream whose kept bytes end with @buf (@len) and go on with
+ * @chunk (@n) say ENOSPC or EDQUOT (strerror's words, as Go's and C's tools
+ * print them)? Returns which, or 0. The last bytes of @buf join the chunk: a phrase may straddle
+ * two reads. An importer's stack trace after the error pushes it out of the
+ * tail, so the whole stream is looked at as it passes. */
+static int says_no_room(const char *buf, size_t len, const char *chunk, size_t n)
+{
+    char scan[64 + 4096 + 1];
+    size_t keep = len < 64 ? len : 64;
+
+    if (n > sizeof(scan) - 1 - keep)
+        n = sizeof(scan) - 1 - keep;
+    memcpy(scan, buf + len - keep, keep);
+    memcpy(scan + keep, chunk, n);
+    scan[keep + n] = '\0';
+    for (size_t i = 0; i < keep + n; i++)
+        if (scan[i] == '\0')
+            scan[i] = ' ';
+    if (strcasestr(scan, strerror(ENOSPC)) != NULL)
+        return ENOSPC;
+    return strcasestr(scan, strerror(EDQUOT)) != NULL ? EDQUOT : 0;
+}
+
 /* Append up to @n bytes read from @fd to @buf (@cap bytes, *@len used),
  * keeping the last bytes when it fills (a stderr tail). Returns the read(2)
  * result. */
-static ssize_t drain(int fd, char *buf, size_t cap, size_t *len, bool tail)
+static ssize_t drain(int fd, char *buf, size_t cap, size_t *len, bool tail, int *no_room)
 {
     char chunk[4096];
     ssize_t got = read(fd, chunk, sizeof(chunk));
 
     if (got <= 0)
         return got;
+    if (no_room != NULL && *no_room == 0)
+        *no_room = says_no_room(buf, *len, chunk, (size_t)got);
     if (*len + (size_t)got >= cap) {
         size_t keep = cap - 1;
 
@@ -196,12 +221,13 @@ static ssize_t drain(int fd, char *buf, size_t cap, size_t *len, bool tail)
 
 /* Run @argv (in its own process group, in @cwd, environment @envp) until it
  * exits or @deadline (sh_now_ns) passes: then its process group is killed.
- * Its stdout into @out, the tail of its stderr into @err. Call between
+ * Its stdout into @out, the tail of its stderr into @err; *@no_room (may be
+ * NULL) ENOSPC or EDQUOT when its stderr said so anywhere, else 0. Call between
  * guard_begin and guard_end (the stop signals blocked). Returns the wait
  * status, or -1 with errno (ETIMEDOUT at the deadline, ECANCELED when a
  * stop signal came meanwhile: see on_stop). */
 static int run_bounded(char *const *argv, char *const *envp, const char *cwd, int64_t deadline,
-                       char *out, size_t outlen, char *err, size_t errlen)
+                       char *out, size_t outlen, char *err, size_t errlen, int *no_room)
 {
     int po[2] = { -1, -1 }, pe[2] = { -1, -1 }, status = 0;
     size_t olen = 0, elen = 0;
@@ -209,6 +235,8 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
     pid_t pid;
 
     out[0] = err[0] = '\0';
+    if (no_room != NULL)
+        *no_room = 0;
     if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
         int e = errno;
 
@@ -287,10 +315,10 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
             break;
         }
         if (oopen && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) &&
-            drain(po[0], out, outlen, &olen, false) <= 0)
+            drain(po[0], out, outlen, &olen, false, NULL) <= 0)
             oopen = false;
         if (eopen && (p[1].revents & (POLLIN | POLLHUP | POLLERR)) &&
-            drain(pe[0], err, errlen, &elen, true) <= 0)
+            drain(pe[0], err, errlen, &elen, true, no_room) <= 0)
             eopen = false;
     }
     close(po[0]);
@@ -314,13 +342,20 @@ static int run_bounded(char *const *argv, char *const *envp, const char *cwd, in
 }
 
 /* The environment of the resolver and the importer: the job user's own
- * (HOME: their registry credentials), a fixed PATH, TMPDIR. */
+ * (HOME: their registry credentials), a fixed PATH, TMPDIR. The importer's
+ * XDG_DATA_HOME is its import directory (@data_home; NULL for the
+ * resolver): containers/image keeps its blob-info cache there
+ * ($XDG_DATA_HOME/containers/cache for a user other than root), not under
+ * the user's home, outside the allowed roots and often on NFS. Credentials
+ * are not looked for under it (XDG_RUNTIME_DIR, XDG_CONFIG_HOME or HOME). */
 struct child_env {
     char home[PATH_MAX + 8], user[300], logname[300], tmpdir[PATH_MAX + 8];
-    char *envp[8];
+    char data_home[PATH_MAX + 16];
+    char *envp[9];
 };
 
-static void child_env_init(struct child_env *ce, const char *user, const char *tmpdir)
+static void child_env_init(struct child_env *ce, const char *user, const char *tmpdir,
+                           const char *data_home)
 {
     struct passwd pw, *res = NULL;
     char buf[4096];
@@ -339,6 +374,10 @@ static void child_env_init(struct child_env *ce, const char *user, const char *t
     ce->envp[n++] = ce->logname;
     ce->envp[n++] = ce->tmpdir;
     ce->envp[n++] = (char *)"LC_ALL=C";
+    if (data_home != NULL) {
+        snprintf(ce->data_home, sizeof(ce->data_home), "XDG_DATA_HOME=%s", data_home);
+        ce->envp[n++] = ce->data_home;
+    }
     ce->envp[n] = NULL;
 }
 
@@ -400,10 +439,10 @@ int sh_import_resolve(const struct sh_config *cfg, const char *user, const char 
         snprintf(err, errlen, "%s: out of memory", src);
         return -1;
     }
-    child_env_init(&ce, user, "/tmp");
+    child_env_init(&ce, user, "/tmp", NULL);
     guard_begin(NULL, NULL);
     status = run_bounded(argv, ce.envp, "/", child_deadline(deadline), out, sizeof(out),
-                         tail, sizeof(tail));
+                         tail, sizeof(tail), NULL);
     describe("resolver", status, argv[0], tail, why, sizeof(why));
     guard_end(); /* after a stop the agent ends here */
     if (status != 0) {
@@ -516,18 +555,15 @@ int sh_import_release(const char *workdir)
     return rc;
 }
 
-/* The importer ran out of room (its stderr tail @tail says ENOSPC or
- * EDQUOT): what the first node's filesystem of the import directory
- * @workdir (gone by now) has, and what an import needs there, into @note.
- * Returns whether. */
-static bool no_room_note(const char *workdir, const char *tail, char *note, size_t len)
+/* The importer ran out of room (its stderr said ENOSPC or EDQUOT): what
+ * the first node's filesystem of the import directory @workdir (gone by
+ * now) has, and what an import needs there, into @note. Returns whether. */
+static bool no_room_note(const char *workdir, char *note, size_t len)
 {
     char dir[PATH_MAX], have[32], total[32];
     struct statvfs vfs;
     char *slash;
 
-    if (strcasestr(tail, strerror(ENOSPC)) == NULL && strcasestr(tail, strerror(EDQUOT)) == NULL)
-        return false;
     snprintf(dir, sizeof(dir), "%s", workdir);
     slash = strrchr(dir, '/');
     if (slash == NULL)
@@ -555,6 +591,7 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
     struct child_env ce;
     struct stat st;
     bool described = false;
+    int no_room = 0;
     char **argv;
     int status;
 
@@ -580,9 +617,9 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
         guard_end();
         return -1;
     }
-    child_env_init(&ce, user, workdir);
+    child_env_init(&ce, user, workdir, workdir);
     status = run_bounded(argv, ce.envp, workdir, child_deadline(deadline), out, sizeof(out),
-                         tail, sizeof(tail));
+                         tail, sizeof(tail), &no_room);
     if (status != 0) {
         describe("importer", status, argv[0], tail, why, sizeof(why));
         snprintf(err, errlen, "%s: %s", ref, why);
@@ -600,9 +637,12 @@ int sh_import_run(const struct sh_config *cfg, const char *user, const struct sh
     if (status != 0) {
         if (sh_import_remove(workdir) != 0)
             sh_warn("import", "cannot remove %s: %s", workdir, strerror(errno));
-        /* first, so that the importer's tail cannot push the sizes out */
-        if (described && no_room_note(workdir, tail, note, sizeof(note)))
-            snprintf(err, errlen, "%s: %s; %s", ref, note, why);
+        /* first, so that the importer's tail cannot push the sizes out; the
+         * tail itself may be a stack trace printed after the error */
+        if (described && no_room != 0 && no_room_note(workdir, note, sizeof(note)))
+            snprintf(err, errlen, "%s: %s (the importer failed: %s); %s", ref, note,
+                     no_room == ENOSPC ? "no space left on device" : "disk quota exceeded",
+                     why);
         guard_end(); /* after a stop the agent ends here */
         return -1;
     }

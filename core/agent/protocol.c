@@ -552,7 +552,10 @@ static void cache_report(struct agent *a, const struct image_run *r)
         sh_cache_dst_kind(a->cfg.cache, r->dst, NULL) != SH_CACHE_DST_JOB)
         return;
     sh_src_encode(id, sizeof(id), 1, &r->id, NULL);
-    sh_kv_putf(a->out, SH_AGENT_OUT_CACHE, "%zu %s %s", r->img, r->ref_digest, id);
+    /* a registry image's source is the reference pinned to its digest (its
+     * identity, r->id.path), after the identity: the entry's record names it */
+    sh_kv_putf(a->out, SH_AGENT_OUT_CACHE, "%zu %s %s%s%s", r->img, r->ref_digest, id,
+               r->image ? " " : "", r->image ? r->id.path : "");
 }
 
 /* This node's share of the image's outcome @text (the leader's). */

@@ -39,6 +39,7 @@
 #include "stagehand/meta.h"
 #include "stagehand/local.h"
 #include "stagehand/modes.h"
+#include "stagehand/ref.h"
 #include "stagehand/size.h"
 #include "stagehand/spec.h"
 
@@ -88,9 +89,42 @@ static int read_adopt_inputs(struct adopt_in *in)
             return -1;
     }
     return in->end && in->have_uid && in->cache[0] == '/' && in->dst[0] == '/' &&
-                   in->src[0] == '/' && in->report[0] != '\0'
+                   (in->src[0] == '/' || sh_ref_is_image(in->src)) && in->report[0] != '\0'
                ? 0
                : -1;
+}
+
+/* A registry image's source (@src, the job's "docker://REGISTRY/REPO:TAG"):
+ * the agent's report @ident ends " <the reference pinned to its digest>"
+ * (the image's identity, doc/design.md §2 step 10), which must name the
+ * same repository with a digest. That reference replaces @src (the entry's
+ * record names it) and is cut from @ident. Returns 0, or -1 with the
+ * reason in @err. */
+static int registry_source(char *src, size_t srclen, char *ident, char *err, size_t errlen)
+{
+    char *sp = strrchr(ident, ' ');
+    struct sh_ref asked, pinned;
+
+    if (sp == NULL) {
+        snprintf(err, errlen, "%.600s: the agent reported no pinned reference", src);
+        return -1;
+    }
+    if (sh_ref_parse_canonical(src, &asked, err, errlen) != 0 ||
+        sh_ref_parse_canonical(sp + 1, &pinned, err, errlen) != 0)
+        return -1;
+    if (pinned.digest[0] == '\0' || strcmp(pinned.registry, asked.registry) != 0 ||
+        strcmp(pinned.repo, asked.repo) != 0 ||
+        (asked.digest[0] != '\0' && strcmp(asked.digest, pinned.digest) != 0)) {
+        snprintf(err, errlen, "%.400s: the reported %.400s is not it pinned to a digest",
+                 src, sp + 1);
+        return -1;
+    }
+    *sp = '\0';
+    if (sh_ref_format(&pinned, src, srclen) != 0) {
+        snprintf(err, errlen, "%.600s: reference too long", src);
+        return -1;
+    }
+    return 0;
 }
 
 /* The staging process's adoption of a job's new copy (sh_cache_adopt). */
@@ -119,6 +153,11 @@ static int cmd_adopt(void)
     }
     memcpy(digest, in.report, dlen);
     digest[dlen] = '\0';
+    if (sh_ref_is_image(in.src) &&
+        registry_source(in.src, sizeof(in.src), sp + 1, err, sizeof(err)) != 0) {
+        printf("stagehand-cache adopt: %s\n", err);
+        return 1;
+    }
     if (sh_src_decode((const unsigned char *)sp + 1, (uint32_t)strlen(sp + 1), in.src, &id,
                       err, sizeof(err)) != 0) {
         printf("stagehand-cache adopt: the source's identity: %s\n", err);

@@ -35,6 +35,29 @@ int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len)
     return 0;
 }
 
+bool sh_job_on_node(const char *runtime_dir, uint64_t jobid, long stepid)
+{
+    static const char *const suffix[] = { ".lock", ".status", "" };
+    char path[PATH_MAX], name[64];
+    struct stat sb;
+
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        if (snprintf(path, sizeof(path), "%s/%" PRIu64 "%s", runtime_dir, jobid, suffix[i]) <
+                (int)sizeof(path) &&
+            lstat(path, &sb) == 0)
+            return true;
+    }
+    if (stepid < 0 || sh_rundir_name(jobid, stepid, name, sizeof(name)) != 0)
+        return false;
+    for (size_t i = 1; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        if (snprintf(path, sizeof(path), "%s/%s%s", runtime_dir, name, suffix[i]) <
+                (int)sizeof(path) &&
+            lstat(path, &sb) == 0)
+            return true;
+    }
+    return false;
+}
+
 int sh_make_owned_dir(int dirfd, const char *name, uid_t uid, gid_t gid, mode_t mode)
 {
     struct stat sb;

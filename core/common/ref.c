@@ -224,6 +224,11 @@ int sh_ref_parse(const char *text, size_t len, const char *default_registry,
     char show[SHOW];
 
     memset(ref, 0, sizeof(*ref));
+    if (len == 0) {
+        sh_errf(err, errlen, "the image reference after docker:// is empty (write "
+                "docker://REGISTRY/REPO[:TAG])");
+        return inval();
+    }
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
 

@@ -75,6 +75,13 @@ enum sh_vote sh_dest_vote(const struct sh_config *cfg, uid_t uid, const char *ds
  * Returns 0, or -1 with errno = ENAMETOOLONG. */
 int sh_rundir_name(uint64_t jobid, long stepid, char *out, size_t len);
 
+/* Is job @jobid (its step @stepid; < 0: the job alone) still on this node?
+ * Its staging lock, status file or runtime directory under @runtime_dir
+ * (SH_RUNTIME_DIR, a per-boot tmpfs, 0755) says so until its epilog (a
+ * step's until the step ends); after a reboot or that epilog none is left.
+ * lstat(2) only: any user may ask. */
+bool sh_job_on_node(const char *runtime_dir, uint64_t jobid, long stepid);
+
 /* Create (if missing) and verify a staging's runtime directory under
  * @runtime_dir (SH_RUNTIME_DIR; its name from sh_rundir_name): the job
  * user's @uid:@gid, mode 0700, never a symlink (sh_make_owned_dir). Run as

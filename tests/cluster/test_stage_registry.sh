@@ -13,7 +13,11 @@
 # cannot read) likewise. scancel while the importer runs (its mksquashfs held after writing a
 # partial image): no importer, skopeo, umoci or mksquashfs of the job is
 # left, no import directory or partial file, no drain, and the same image
-# then stages again.
+# then stages again, and that staging sweeps the markers the cancelled one
+# left. The importer gets its import directory as XDG_DATA_HOME (skopeo's
+# blob-info cache there, not in the home); one out of room names the sizes
+# though a stack trace follows the error. Under cache= a registry image
+# without DST is staged and each node's entry records the pinned reference.
 # shellcheck source=lib.sh disable=SC2016  # single-quoted scripts expand in the job's shell
 source "$(dirname "$0")/lib.sh"
 # shellcheck source=faultlib.sh
@@ -50,8 +54,19 @@ cat >"$work/importer.sh" <<EOF
 echo "\$1" >>"$work/runs"
 case "\$(cat "$work/mode")" in
     fail) echo "importer-broke on purpose" >&2; exit 3 ;;
+    nospace)
+        # umoci's way: the error, then a Go stack trace longer than the kept tail
+        echo "write \$2: no space left on device" >&2
+        for i in \$(seq 1 60); do echo "main.main()	/build/umoci/cmd/umoci/main.go:172 +0x2c frame \$i" >&2; done
+        exit 1 ;;
     sleep) sleep 300 ;;
     hold) PATH=$work/bin:\$PATH; export PATH ;;
+    real)
+        # where skopeo's blob-info cache went (XDG_DATA_HOME: the import directory)
+        $STAGEHAND_PREFIX/libexec/stagehand-import --insecure import "\$1" "\$2"
+        rc=\$?
+        ls "\${XDG_DATA_HOME:-/nonexistent}"/containers/cache/blob-info-cache-v1.* >>"$work/bic" 2>/dev/null
+        exit \$rc ;;
 esac
 exec $STAGEHAND_PREFIX/libexec/stagehand-import --insecure import "\$1" "\$2"
 EOF
@@ -65,13 +80,20 @@ EOF
 chmod 755 "$work/importer.sh" "$work/bin/mksquashfs"
 echo real >"$work/mode"
 : >"$work/runs"
-chmod 666 "$work/runs"
+: >"$work/bic"
+chmod 666 "$work/runs" "$work/bic"
+# containers/image's blob-info cache under the user's home (the homes are
+# the host's; .boltdb on bookworm, .sqlite on trixie): the importer must not
+# write it there
+bic_home=$(getent passwd "$MINICLUSTER_USER" | cut -d: -f6)/.local/share/containers/cache
+rm -f "$bic_home"/blob-info-cache-v1.*
+cache=/nvme/stagehand-cache
 
 cleanup() {
     plugstack_restore
     "$MINICLUSTER" registry start >/dev/null 2>&1 || true
     rm -rf "$work"
-    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-reg; done
+    for n in $MINICLUSTER_NODES; do on_node "$n" rm -rf /nvme/t-reg "$cache"; done
 }
 trap cleanup EXIT
 
@@ -123,7 +145,10 @@ clients=$(blob_gets "$off" | awk '{print $1}' | sort -u)
 [ "$(wc -l <"$work/runs")" -eq 1 ] || fail "imported $(wc -l <"$work/runs") times"
 grep -q "@$d1\$" "$work/runs" || fail "the import was not pinned to $d1: $(cat "$work/runs")"
 assert_nothing_left "$dst.absent"
-echo "ok: one import by node 0 ($(blob_gets "$off" | awk '{s += $5} END {print s}') blob bytes served), $k byte-identical copies, read by srun"
+grep -qE "^/nvme/(t-reg/)?\.img\.sqsh\.import\.$job_id\.[0-9]+/containers/cache/blob-info-cache-v1\.(boltdb|sqlite)\$" "$work/bic" ||
+    fail "skopeo's blob-info cache was not in the import directory: '$(cat "$work/bic")'"
+[ -z "$(ls -A "$bic_home" 2>/dev/null)" ] || fail "the importer wrote its blob-info cache in the user's home: $(ls -l "$bic_home")"
+echo "ok: one import by node 0 ($(blob_gets "$off" | awk '{s += $5} END {print s}') blob bytes served), $k byte-identical copies, read by srun; skopeo's cache in the import directory, none in the home"
 
 # ---- the same tag again: nothing copied, no blob pulled ----
 ino=$(on_node n2 stat -c %i.%Y "$dst")
@@ -187,9 +212,16 @@ echo fail >"$work/mode"
 fail_case "importer fails" "$reg/$repo:v1" /nvme/t-reg/f.sqsh "the importer failed (exit 3): importer-broke on purpose"
 [ "$(wc -l <"$work/runs")" -eq 3 ] || fail "importer runs: $(cat "$work/runs")"
 
+# the no-room message with the sizes (stagehand(8)), though a stack trace
+# followed the error in the importer's output
+echo nospace >"$work/mode"
+fail_case "importer out of room" "$reg/$repo:v1" /nvme/t-reg/ns.sqsh "the image does not fit the first node"
+grep -qF "(the importer failed: no space left on device)" "$out" || fail "out of room: the reason is missing: $(cat "$out")"
+grep -qE "/nvme/t-reg's filesystem has [0-9.]+ [KMGT]iB free of [0-9.]+ [KMGT]iB" "$out" || fail "out of room: the sizes are missing: $(cat "$out")"
+
 echo sleep >"$work/mode"
 fail_case "importer past the deadline" "$reg/$repo:v1" /nvme/t-reg/s.sqsh "did not finish within the staging deadline"
-[ "$(wc -l <"$work/runs")" -eq 4 ] || fail "importer runs: $(cat "$work/runs")"
+[ "$(wc -l <"$work/runs")" -eq 5 ] || fail "importer runs: $(cat "$work/runs")"
 for n in $MINICLUSTER_NODES; do
     [ -z "$(on_node "$n" pgrep -f "$work/[i]mporter.sh" || true)" ] || fail "$n: the importer still runs"
 done
@@ -244,6 +276,7 @@ pgid=$(on_node n1 ps -o pgid= -p "$hpid" | tr -d ' ')
 [ -n "$pgid" ] || fail "cancel: no process group of $hpid"
 [ "$(live_in_group "$pgid" | wc -l)" -ge 3 ] || fail "cancel: the importer's process group $pgid: $(live_in_group "$pgid")"
 as_user scancel "$job_id" || fail "scancel $job_id"
+cancelled=$job_id
 t0=$SECONDS
 st=$(wait_job_end "$job_id" 30)
 [ "$st" = CANCELLED ] || fail "cancel: job ended $st"
@@ -262,6 +295,12 @@ done
 assert_nothing_left "$cdst"
 assert_no_entries /nvme/t-reg '\.part$' "partial image files"
 assert_no_drain
+# markers the stopped agents left (every node waited for the plan); the
+# next staging into this directory sweeps them (below)
+markers=0
+for n in $MINICLUSTER_NODES; do
+    markers=$((markers + $(on_node "$n" sh -c "ls -a /nvme/t-reg | grep -c '^\.stagehand-marker\.$cancelled\.' || true")))
+done
 echo "ok: cancelled during the import (ended in $((t1 - t0)) s, clean $((SECONDS - t0)) s after scancel): no importer process, no import directory or partial file, no drain"
 
 echo real >"$work/mode"
@@ -277,5 +316,27 @@ for n in $MINICLUSTER_NODES; do
     [ "$(node_sha "$n" "$cdst")" = "$csha" ] || fail "after the cancel: $n: $cdst differs from n1's"
 done
 assert_nothing_left "$cdst.absent"
-echo "ok: the same image after the cancel: $k byte-identical copies"
+# the cancelled job's markers (its agents were stopped while they stood)
+# were swept by this staging into the same directory
+assert_no_entries /nvme/t-reg "^\\.stagehand-marker\\.$cancelled\\." "markers of the cancelled job $cancelled"
+echo "ok: the same image after the cancel: $k byte-identical copies, no marker of the cancelled job left ($markers after the cancel)"
+
+# ---- the node image cache (cache=): a registry image without DST ----
+# Staged into the job's directory of the cache and adopted: each node's
+# entry records the reference pinned to its digest as its source.
+plugstack_add cache=$cache
+rm -f "$out"
+job_id=$(as_user sbatch --parsable -J "$tag" -N"$k" -o "$out" --stage-verbose \
+    --stage-image="docker://$reg/$repo:v1" --wrap "srun -N$k sh -c 'echo \$(hostname) \$STAGEHAND_IMAGE \$(unsquashfs -cat \$STAGEHAND_IMAGE etc/stagehand-test)'") ||
+    fail "sbatch: $job_id"
+st=$(wait_job_end "$job_id" 150)
+[ "$st" = COMPLETED ] || fail "cache: job ended $st: $(cat "$out")"
+[ "$(grep -c "$cache/job/$job_id/.*image $repo:v1 pushed" "$out")" -eq "$k" ] ||
+    fail "cache: srun did not read the image from the job's cache directory on every node: $(cat "$out")"
+ctool=$STAGEHAND_PREFIX/sbin/stagehand-cache
+for n in $MINICLUSTER_NODES; do
+    on_node "$n" "$ctool" --cache "$cache" list | grep -qF " docker://$reg/$repo@$d2" ||
+        fail "cache: $n has no entry recording docker://$reg/$repo@$d2: $(on_node "$n" "$ctool" --cache "$cache" list)"
+done
+echo "ok: cache=: the registry image staged without DST, each node's entry records docker://$reg/$repo@$d2"
 echo "PASS"

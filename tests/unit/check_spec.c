@@ -101,6 +101,8 @@ static const struct value_case corpus[] = {
     { "", EINVAL, "empty value", 0, { NULL }, { NULL } },
     /* registry images: the bad part is named */
     { "docker://app:1.0", EINVAL, "names no registry", 0, { NULL }, { NULL } },
+    { "docker://", EINVAL, "the image reference after docker:// is empty", 0, { NULL },
+      { NULL } },
     /* a registry without a repository, and a scheme stagehand does not read */
     { "docker://reg:5000", EINVAL, "if it is the registry, the repository is missing", 0,
       { NULL }, { NULL } },
