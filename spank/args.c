@@ -183,4 +183,6 @@ void sh_args_free(void)
     sh_plugin.n_values = 0;
     sh_spec_set_free(sh_plugin.specs);
     sh_plugin.specs = NULL;
+    free(sh_plugin.pending_spec);
+    sh_plugin.pending_spec = NULL;
 }

@@ -85,6 +85,12 @@ struct sh_plugin_state {
     /* Local only: the images are new on an srun inside an existing job, so
      * they are staged at step start (SH_STEP_SPEC_ENV), not by the prolog. */
     bool step_staging;
+    /* Local only: srun outside any allocation passed the spec to a new job's
+     * prolog; kept (malloc'd) until slurm_spank_local_user_init, which turns
+     * it into a step staging when the srun runs in an existing job given by
+     * --jobid instead (case F28). NULL otherwise. */
+    char *pending_spec;
+    char pending_umask[16];
     /* A --stage-image value was refused (its reason already printed): the
      * submission fails in init_post_opt (args.c, opt_cb). */
     bool submit_refused;
@@ -120,6 +126,14 @@ int sh_submit_option(const char *value);
  * image and spank_job_control_setenv() of the canonical spec. Returns 0, or
  * -1 after printing "stagehand: --stage-image=<value>: <reason>". */
 int sh_submit_post_opt(spank_t sp);
+
+/* Local slurm_spank_local_user_init (srun, after its job and step exist,
+ * before the step is launched): when srun was given --jobid (an existing
+ * job, not one it made) and its images went to a job prolog that will never
+ * run, hand them to the step instead (SH_STEP_SPEC_ENV in srun's
+ * environment, which srun merges into the step's after this call). Returns
+ * 0, or -1 (printed) when that cannot be done. */
+int sh_submit_local_user(spank_t sp);
 
 /* slurm.h's SLURM_BATCH_SCRIPT (the batch step's id); spank.h has no name. */
 #define SH_BATCH_STEP 0xfffffffbU

@@ -1,7 +1,8 @@
 /* stagehand SPANK plugin: the slurm_spank_* entry points only, called by
  * whichever Slurm process loaded the plugin. Each one dispatches on
  * spank_context() to the file of that process (and its user):
- *   sbatch/salloc (allocator), srun (local)   submit.c (the submitting user)
+ *   sbatch/salloc (allocator), srun (local),
+ *   srun once its job exists (local_user)    submit.c (the submitting user)
  *   every context that parses options         args.c
  *   slurmd, at its start (slurmd)             slurmd.c (root)
  *   slurmd's job prolog (job script)          prolog.c (root)
@@ -53,6 +54,15 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     default:
         return 0;
     }
+}
+
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    if (spank_context() != S_CTX_LOCAL)
+        return 0;
+    return sh_submit_local_user(sp);
 }
 
 int slurm_spank_exit(spank_t sp, int ac, char **av)

@@ -57,6 +57,97 @@ static bool inside_allocation(void)
            (getenv("SLURM_JOB_ID") != NULL || getenv("SLURM_JOBID") != NULL);
 }
 
+/* Is "--jobid" (or a prefix getopt_long takes for it, "--jobi") one of
+ * srun's own arguments? Those are this process's command line
+ * (/proc/self/cmdline, Linux) less the @cmd_argc words of the command srun
+ * runs (S_JOB_ARGV), or all of it when @cmd_argc is unknown (-1). -1 when
+ * the command line cannot be read (errno). srun takes its job from --jobid
+ * or from SLURM_JOB_ID (inside_allocation); the plugin sees neither
+ * directly, nor srun's option table. */
+static int srun_given_jobid(int cmd_argc)
+{
+    static const char opt[] = "--jobid";
+    char *buf = NULL;
+    size_t len = 0, cap = 0, nwords = 0, own;
+    bool found = false;
+    FILE *f = fopen("/proc/self/cmdline", "re");
+
+    if (f == NULL)
+        return -1;
+    for (;;) {
+        size_t got;
+
+        if (len + 4096 > cap) {
+            char *nb = realloc(buf, cap + 65536);
+
+            if (nb == NULL) {
+                free(buf);
+                fclose(f);
+                errno = ENOMEM;
+                return -1;
+            }
+            buf = nb;
+            cap += 65536;
+        }
+        got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] == '\0')
+            nwords++;
+    own = cmd_argc >= 0 && (size_t)cmd_argc < nwords ? nwords - (size_t)cmd_argc : nwords;
+    /* word 0 is srun itself */
+    for (size_t i = 0, w = 0; i < len && w < own; i += strlen(buf + i) + 1, w++) {
+        const char *a = buf + i;
+        size_t n = strcspn(a, "=");
+
+        if (w > 0 && strcmp(a, "--") == 0)
+            break;
+        if (w > 0 && n >= 6 && n <= sizeof(opt) - 1 && strncmp(a, opt, n) == 0)
+            found = true;
+    }
+    free(buf);
+    return found ? 1 : 0;
+}
+
+int sh_submit_local_user(spank_t sp)
+{
+    char **argv = NULL;
+    int argc = -1, given;
+    uint32_t jobid = 0;
+
+    if (sh_plugin.pending_spec == NULL)
+        return 0;
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
+        argc = -1;
+    given = srun_given_jobid(argc);
+    if (given == 0)
+        return 0;
+    if (spank_get_item(sp, S_JOB_ID, &jobid) != ESPANK_SUCCESS)
+        jobid = 0;
+    if (given < 0) {
+        slurm_error("stagehand: --stage-image: cannot tell whether srun runs in job %u, "
+                    "which exists already, or made it: cannot read its command line: %s",
+                    jobid, strerror(errno));
+        return -1;
+    }
+    /* case F28: srun --jobid=N from outside the job is a step in job N, like
+     * srun inside it: its images are new to the job, whose prolog ran long
+     * ago (if at all), so they are staged at this step's start. */
+    if (setenv(SH_STEP_SPEC_ENV, sh_plugin.pending_spec, 1) != 0 ||
+        setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) != 0 ||
+        setenv(SH_STEP_UMASK_ENV, sh_plugin.pending_umask, 1) != 0) {
+        slurm_error("stagehand: --stage-image: cannot pass the spec to job %u's step: %s",
+                    jobid, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static bool set_has(const struct sh_spec_set *set, const char *src,
                     const char *dst)
 {
@@ -364,6 +455,15 @@ int sh_submit_post_opt(spank_t sp)
             rc = spank_job_control_setenv(sp, SH_VERSION_ENV, SH_VERSION, 1);
         if (rc == ESPANK_SUCCESS)
             rc = spank_job_control_setenv(sp, SH_UMASK_ENV, mask, 1);
+    }
+    if (rc == ESPANK_SUCCESS && spank_context() == S_CTX_LOCAL && !sh_plugin.step_staging) {
+        /* srun outside an allocation: a new job's prolog stages these,
+         * unless srun was given --jobid (sh_submit_local_user decides). */
+        free(sh_plugin.pending_spec);
+        sh_plugin.pending_spec = strdup(wire);
+        snprintf(sh_plugin.pending_umask, sizeof(sh_plugin.pending_umask), "%s", mask);
+        if (sh_plugin.pending_spec == NULL)
+            rc = ESPANK_ERROR;
     }
     free(wire);
     if (rc != ESPANK_SUCCESS) {
