@@ -121,6 +121,7 @@ host_exec_ms_start=$probe_exec
 host_fault_us_start=$probe_fault
 rate_steps=$rate_steps
 rates_given=$((1 - auto_rate))
+nvme_fs=${nvme_fs:-tmpfs}
 segment_bytes=$(numfmt --from=iec "${segment:-512K}")
 cal_bytes=$cal_bytes
 EOF
@@ -129,7 +130,7 @@ limit_rate=$(printf '%s\n' "$B_link" "$B_st2" "$B_write" | sort -g | head -1)
     echo "calibration (MB/s = 10^6 bytes/s; payload rates of raw transfers, no MPI):"
     echo "  node link        shaped $link = $link_nom MB/s nominal; raw TCP n1->n2: $B_link MB/s"
     echo "  storage egress   shaped $storage = $st_nom MB/s nominal; sshfs read 1 node: $B_st1, 2 nodes: $B_st2 MB/s total"
-    echo "  local write      dd to tmpfs /nvme with fsync: $B_write MB/s"
+    echo "  local write      dd to /nvme (${nvme_fs:-tmpfs}) with fsync: $B_write MB/s"
     echo "  CPU check        raw TCP chain over $maxn nodes (each hop forwards + writes): $B_chain MB/s, host CPUs $B_chain_busy % busy"
     echo "  host speed       /bin/true $probe_exec ms, first touch of a 4 KiB page $probe_fault us"
     echo "  physical limit   S / min(storage, link, local write) = S / $limit_rate MB/s"

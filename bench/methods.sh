@@ -29,10 +29,7 @@ run_engine() { # size nodes rep alg src dst
     if [ "$ok" = 1 ]; then
         # the engine's total and its own phase times (start-up/metadata/
         # pre-check/transfer/verify/publish: where the time goes), one read
-        read -r eng phases < <(python3 -c 'import json,sys
-d = json.load(open(sys.argv[1])); s = d["seconds"]
-if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
-    print(s["total"], "/".join("%.3f" % s[k] for k in ("start-up", "metadata", "pre-check", "transfer", "verify", "publish")))' "$scratch/engine.json" 2>/dev/null || true) || true
+        read -r eng phases < <(engine_phases "$scratch/engine.json") || true
         [ -n "$eng" ] || ok=0
     fi
     [ "$ok" = 1 ] || { say "$alg N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; }
@@ -190,6 +187,16 @@ engine_step() { # nodes src dst limit [VAR=VALUE...] -- [option...]
 # N=2), the last rank, the busiest rank, the writer threads' mean over the
 # ranks (hashing and writing DST; "-" if not reported), rank 0's reader
 # threads); nothing for a failed run.
+# "total start-up/metadata/pre-check/transfer/verify/publish": the engine's
+# total and its own phase times in seconds (where the time goes) from its
+# JSON summary FILE; nothing when the staging failed.
+engine_phases() { # file
+    python3 -c 'import json,sys
+d = json.load(open(sys.argv[1])); s = d["seconds"]
+if d["status"] == "ok" and d["nodes_copied"] == d["nodes"]:
+    print(s["total"], "/".join("%.3f" % s[k] for k in ("start-up", "metadata", "pre-check", "transfer", "verify", "publish")))' "$1" 2>/dev/null || true
+}
+
 engine_summary() {
     python3 -c 'import json, sys
 d = json.load(open(sys.argv[1])); s = d["seconds"]
@@ -345,6 +352,7 @@ run_scale_chain() { # size nodes rep src dst
     fi
     [ "$ok" = 1 ] || { say "chain N=$n failed: $(tail -3 "$scratch/engine.err" | tr '\n' ' ')"; res="- - - - - - -"; }
     say "chain N=$n rep $rep: $(sub "$t0" "$t1") s (engine total start-up transfer cpu: $res)"
+    [ "$ok" = 0 ] || say "chain N=$n rep $rep: engine total and start-up/metadata/pre-check/transfer/verify/publish s: $(engine_phases "$scratch/engine.json")"
     srow "$size" chain "$n" "$rep" "$(sub "$t0" "$t1")" "$ok" $((s1 - s0)) "-" "$res" "$(load1)" "$(host_busy_pct)"
 }
 

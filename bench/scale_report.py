@@ -63,6 +63,9 @@ def main():
             agent[k].append(float(r["agent_seconds"]))
         if r["method"] == "chain":
             eng[k].append(r)
+    nvme = {"tmpfs": "a tmpfs in the VM's memory (`--nvme-fs tmpfs`)",
+            "ext4": "ext4 on a loop device over a sparse image on the host's disk "
+                    "(`--nvme-fs ext4`)"}.get(cal.get("nvme_fs", "tmpfs"), cal.get("nvme_fs"))
     L = []
     L.append(f"# Link-bound staging at scale, {cal.get('stack', '?')} "
              f"({cal.get('date_start', '?')})\n")
@@ -70,7 +73,8 @@ def main():
              f"PMIx {cal.get('pmix_version', '?')}. `bench/run.sh --scale`: links shaped to "
              f"{cal.get('link_rate')} each way, the storage host to {cal.get('storage_rate')}, "
              f"segment {s / 1024:g} KiB; every N within each repetition (alternating) after a "
-             f"warm-up staging to every node. Host: {cal.get('host_cpus', '?')} CPUs, load "
+             f"warm-up staging to every node. Each node's /nvme: {nvme}. "
+             f"Host: {cal.get('host_cpus', '?')} CPUs, load "
              f"average {cal.get('load_start', '?')} at the start, {cal.get('load_end', '?')} at "
              f"the end; duration {cal.get('duration_s', '?')} s.\n")
     L.append(f"Calibration (raw transfers, no MPI; {int(cal.get('cal_bytes', 0)) >> 20} MiB "
