@@ -57,6 +57,19 @@ static bool inside_allocation(void)
            (getenv("SLURM_JOB_ID") != NULL || getenv("SLURM_JOBID") != NULL);
 }
 
+/* Hand a step staging's images (@wire, serialized) and the user's umask
+ * @mask to the step: spank_setenv is remote-only, so srun's own
+ * environment carries them, which srun copies into the step's, where
+ * slurmstepd reads them with spank_getenv (spank/step.c). Returns 0, or
+ * -1 with errno (setenv(3)). */
+static int step_spec_setenv(const char *wire, const char *mask)
+{
+    if (setenv(SH_STEP_SPEC_ENV, wire, 1) != 0 || setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) != 0 ||
+        setenv(SH_STEP_UMASK_ENV, mask, 1) != 0)
+        return -1;
+    return 0;
+}
+
 /* Is "--jobid" (or a prefix getopt_long takes for it, "--jobi") one of
  * srun's own arguments? Those are this process's command line
  * (/proc/self/cmdline, Linux) less the @cmd_argc words of the command srun
@@ -138,9 +151,7 @@ int sh_submit_local_user(spank_t sp)
     /* case F28: srun --jobid=N from outside the job is a step in job N, like
      * srun inside it: its images are new to the job, whose prolog ran long
      * ago (if at all), so they are staged at this step's start. */
-    if (setenv(SH_STEP_SPEC_ENV, sh_plugin.pending_spec, 1) != 0 ||
-        setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) != 0 ||
-        setenv(SH_STEP_UMASK_ENV, sh_plugin.pending_umask, 1) != 0) {
+    if (step_spec_setenv(sh_plugin.pending_spec, sh_plugin.pending_umask) != 0) {
         slurm_error("stagehand: --stage-image: cannot pass the spec to job %u's step: %s",
                     jobid, strerror(errno));
         return -1;
@@ -442,13 +453,7 @@ int sh_submit_post_opt(spank_t sp)
     /* The copies' mode follows SRC's minus the user's umask (issue 30). */
     own_umask(mask, sizeof(mask));
     if (sh_plugin.step_staging) {
-        /* spank_setenv is remote-only; srun hands its own environment to
-         * the step, where slurmstepd reads it with spank_getenv. */
-        rc = setenv(SH_STEP_SPEC_ENV, wire, 1) == 0 &&
-                     setenv(SH_STEP_VERSION_ENV, SH_VERSION, 1) == 0 &&
-                     setenv(SH_STEP_UMASK_ENV, mask, 1) == 0
-                 ? ESPANK_SUCCESS
-                 : ESPANK_ERROR;
+        rc = step_spec_setenv(wire, mask) == 0 ? ESPANK_SUCCESS : ESPANK_ERROR;
     } else {
         rc = spank_job_control_setenv(sp, SH_SPEC_ENV, wire, 1);
         if (rc == ESPANK_SUCCESS)
